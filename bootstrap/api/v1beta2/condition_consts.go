@@ -1,0 +1,58 @@
+package v1beta2
+
+// Condition types of a KairosConfig.
+const (
+	// ReadyCondition summarizes the KairosConfig; Cluster API mirrors it into the Machine's
+	// BootstrapConfigReady condition.
+	ReadyCondition = "Ready"
+
+	// DataSecretAvailableCondition is true once the bootstrap data Secret exists. While it is
+	// false, its reason says what rendering waits for.
+	DataSecretAvailableCondition = "DataSecretAvailable"
+)
+
+// Reasons of the Ready condition.
+const (
+	ReadyReason        = "Ready"
+	NotReadyReason     = "NotReady"
+	ReadyUnknownReason = "ReadyUnknown"
+)
+
+// Reasons of the DataSecretAvailable condition.
+const (
+	// DataSecretAvailableReason: the bootstrap data Secret exists.
+	DataSecretAvailableReason = "DataSecretAvailable"
+
+	// WaitingForClusterInfrastructureReason: the Cluster's infrastructure is not provisioned.
+	WaitingForClusterInfrastructureReason = "WaitingForClusterInfrastructure"
+
+	// WaitingForControlPlaneEndpointReason: the Cluster has no spec.controlPlaneEndpoint yet.
+	WaitingForControlPlaneEndpointReason = "WaitingForControlPlaneEndpoint"
+
+	// WaitingForKubernetesVersionReason: neither the KairosConfig nor its Machine sets a version.
+	WaitingForKubernetesVersionReason = "WaitingForKubernetesVersion"
+
+	// WaitingForInitLockReason: another control-plane Machine is initializing the cluster.
+	WaitingForInitLockReason = "WaitingForInitLock"
+
+	// WaitingForControlPlaneInitializedReason: joining nodes wait for the first control plane.
+	WaitingForControlPlaneInitializedReason = "WaitingForControlPlaneInitialized"
+
+	// WaitingForClusterCertificatesReason: the cluster certificates (<cluster>-ca, -etcd,
+	// -proxy, -sa) a control-plane node needs do not exist yet.
+	WaitingForClusterCertificatesReason = "WaitingForClusterCertificates"
+
+	// WaitingForJoinTokenReason: the join credentials could not be produced yet (for example
+	// the workload cluster is not reachable, or the k3s cluster token does not exist).
+	WaitingForJoinTokenReason = "WaitingForJoinToken"
+
+	// WaitingForReferencedSecretReason: a Secret referenced by the spec does not exist.
+	WaitingForReferencedSecretReason = "WaitingForReferencedSecret"
+
+	// InvalidConfigurationReason: the spec cannot be rendered (for example a cloud-config
+	// fragment conflicts with the generated document). The message says what to fix.
+	InvalidConfigurationReason = "InvalidConfiguration"
+
+	// DataSecretCreationFailedReason: creating the Secret failed; retried.
+	DataSecretCreationFailedReason = "DataSecretCreationFailed"
+)

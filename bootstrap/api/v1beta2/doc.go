@@ -1,0 +1,9 @@
+// Package v1beta2 contains the KairosConfig and KairosConfigTemplate API: the Cluster API
+// bootstrap provider that renders Kairos cloud-config for k0s and k3s nodes.
+//
+// The package holds types, defaulting and validation only; it has no controller code so that
+// the control-plane provider and other consumers can import it without pulling controllers in.
+//
+// +kubebuilder:object:generate=true
+// +groupName=bootstrap.cluster.x-k8s.io
+package v1beta2

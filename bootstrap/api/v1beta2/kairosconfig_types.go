@@ -1,0 +1,399 @@
+package v1beta2
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Role is the part a node plays in the cluster.
+// +kubebuilder:validation:Enum=control-plane;worker
+type Role string
+
+const (
+	// RoleControlPlane nodes run the Kubernetes control plane (and etcd).
+	RoleControlPlane Role = "control-plane"
+	// RoleWorker nodes run workloads only.
+	RoleWorker Role = "worker"
+)
+
+// Distribution is the Kubernetes distribution the Kairos image ships.
+// +kubebuilder:validation:Enum=k0s;k3s
+type Distribution string
+
+const (
+	// DistributionK0s is k0s (https://k0sproject.io).
+	DistributionK0s Distribution = "k0s"
+	// DistributionK3s is k3s (https://k3s.io).
+	DistributionK3s Distribution = "k3s"
+)
+
+// FragmentPosition says where a user cloud-config fragment goes relative to the generated document.
+// +kubebuilder:validation:Enum=append;prepend
+type FragmentPosition string
+
+const (
+	// FragmentAppend puts the fragment's list items after the generated ones.
+	FragmentAppend FragmentPosition = "append"
+	// FragmentPrepend puts the fragment's list items before the generated ones.
+	FragmentPrepend FragmentPosition = "prepend"
+)
+
+// Defaults applied by the KairosConfig webhook. The password default exists only for
+// development and every object using it gets an admission warning.
+const (
+	DefaultUserName     = "kairos"
+	DefaultUserPassword = "kairos"
+	DefaultUserGroup    = "admin"
+	DefaultSecretKey    = "value"
+)
+
+// KairosConfigSpec defines how a Kairos node is bootstrapped into a Kubernetes cluster.
+type KairosConfigSpec struct {
+	// role of the node: control-plane or worker. Defaults to worker.
+	// +optional
+	Role Role `json:"role,omitempty"`
+
+	// distribution is the Kubernetes distribution the Kairos image ships: k0s (default) or k3s.
+	// +optional
+	Distribution Distribution `json:"distribution,omitempty"`
+
+	// kubernetesVersion the node must run, for example v1.31.2. The node refuses to report
+	// success when the installed distribution runs another version. When empty, the owning
+	// Machine's spec.version is used.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
+
+	// singleNode makes a control-plane node also run workloads, without the control-plane
+	// taint. Only valid for role control-plane. The control-plane provider sets it when it
+	// manages exactly one replica.
+	// +optional
+	SingleNode bool `json:"singleNode,omitempty"`
+
+	// userName is the login user created on the node. Defaults to kairos.
+	// +optional
+	// +kubebuilder:validation:MaxLength=32
+	UserName string `json:"userName,omitempty"`
+
+	// userPassword is the login user's password (plain or crypt hash). Defaults to kairos,
+	// which is for development only and produces an admission warning; prefer
+	// userPasswordSecretRef, githubUser or sshPublicKey.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	UserPassword string `json:"userPassword,omitempty"`
+
+	// userPasswordSecretRef reads the login user's password from a Secret in the same
+	// namespace. Mutually exclusive with userPassword.
+	// +optional
+	UserPasswordSecretRef *SecretKeyReference `json:"userPasswordSecretRef,omitempty"`
+
+	// userGroups are the login user's groups. Defaults to [admin].
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=32
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=32
+	UserGroups []string `json:"userGroups,omitempty"`
+
+	// githubUser authorizes the SSH keys of this GitHub user for the login user.
+	// +optional
+	// +kubebuilder:validation:MaxLength=39
+	GithubUser string `json:"githubUser,omitempty"`
+
+	// sshPublicKey is an SSH public key authorized for the login user.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	SSHPublicKey string `json:"sshPublicKey,omitempty"`
+
+	// workerToken overrides the join token a worker uses (a k0s join token, or the k3s
+	// cluster token). Normally empty: the provider generates short-lived credentials.
+	// Prefer workerTokenSecretRef, which keeps the token out of the object.
+	// +optional
+	// +kubebuilder:validation:MaxLength=16384
+	WorkerToken string `json:"workerToken,omitempty"`
+
+	// workerTokenSecretRef reads the worker join token override from a Secret in the same
+	// namespace. Mutually exclusive with workerToken.
+	// +optional
+	WorkerTokenSecretRef *SecretKeyReference `json:"workerTokenSecretRef,omitempty"`
+
+	// manifests are Kubernetes manifests the first control-plane node applies through the
+	// distribution's manifest directory. Only valid for role control-plane.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=100
+	Manifests []Manifest `json:"manifests,omitempty"`
+
+	// files are written to the node before the distribution starts.
+	// +optional
+	// +listType=map
+	// +listMapKey=path
+	// +kubebuilder:validation:MaxItems=200
+	Files []File `json:"files,omitempty"`
+
+	// preCommands run on the node before the distribution starts.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=10240
+	PreCommands []string `json:"preCommands,omitempty"`
+
+	// postCommands run on the node once the distribution service is up, before the
+	// bootstrap success sentinel is written.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=10240
+	PostCommands []string `json:"postCommands,omitempty"`
+
+	// hostname sets a literal hostname. Mutually exclusive with hostnamePrefix.
+	// +optional
+	// +kubebuilder:validation:MaxLength=63
+	Hostname string `json:"hostname,omitempty"`
+
+	// hostnamePrefix sets the hostname to this prefix followed by a suffix derived from the
+	// node's machine id, so that nodes created from one template get distinct names.
+	// +optional
+	// +kubebuilder:validation:MaxLength=50
+	HostnamePrefix string `json:"hostnamePrefix,omitempty"`
+
+	// install, when set, makes Kairos install itself to disk (booting from an ISO or
+	// netboot). Leave it empty when the machine boots an already installed disk image.
+	// +optional
+	Install *Install `json:"install,omitempty"`
+
+	// k0s holds extra k0s options. Only valid with distribution k0s.
+	// +optional
+	K0s *DistributionOptions `json:"k0s,omitempty"`
+
+	// k3s holds extra k3s options. Only valid with distribution k3s.
+	// +optional
+	K3s *DistributionOptions `json:"k3s,omitempty"`
+
+	// cloudConfigFragments are user cloud-config documents merged into the generated one:
+	// lists are appended or prepended, maps merge, and a key or file path set by two
+	// sources is an error that names both.
+	// +optional
+	// +listType=map
+	// +listMapKey=name
+	// +kubebuilder:validation:MaxItems=32
+	CloudConfigFragments []CloudConfigFragment `json:"cloudConfigFragments,omitempty"`
+}
+
+// SecretKeyReference selects a key of a Secret in the object's namespace.
+type SecretKeyReference struct {
+	// name of the Secret.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Name string `json:"name"`
+
+	// key in the Secret's data. Defaults to value.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Key string `json:"key,omitempty"`
+}
+
+// Manifest is a Kubernetes manifest applied by the first control-plane node.
+type Manifest struct {
+	// name of the manifest file (without directory), for example cni.yaml.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=128
+	Name string `json:"name"`
+
+	// content is the manifest YAML. Mutually exclusive with contentFrom.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1048576
+	Content string `json:"content,omitempty"`
+
+	// contentFrom reads the manifest from a Secret in the same namespace.
+	// +optional
+	ContentFrom *SecretKeyReference `json:"contentFrom,omitempty"`
+}
+
+// File is a file written on the node before the distribution starts.
+type File struct {
+	// path is the absolute path of the file.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=512
+	Path string `json:"path"`
+
+	// owner is "user:group". Defaults to root:root.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Owner string `json:"owner,omitempty"`
+
+	// permissions in octal, for example "0644". Defaults to "0600".
+	// +optional
+	// +kubebuilder:validation:MaxLength=4
+	Permissions string `json:"permissions,omitempty"`
+
+	// content of the file. Mutually exclusive with contentFrom.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1048576
+	Content string `json:"content,omitempty"`
+
+	// contentFrom reads the content from a Secret in the same namespace.
+	// +optional
+	ContentFrom *SecretKeyReference `json:"contentFrom,omitempty"`
+}
+
+// Install configures the Kairos installer.
+type Install struct {
+	// auto starts the installation without user interaction. Defaults to true.
+	// +optional
+	Auto *bool `json:"auto,omitempty"`
+
+	// device to install to: auto, or a path such as /dev/sda or /dev/disk/by-id/....
+	// Defaults to auto.
+	// +optional
+	// +kubebuilder:validation:MaxLength=256
+	Device string `json:"device,omitempty"`
+
+	// reboot after installing. Mutually exclusive with poweroff.
+	// +optional
+	Reboot bool `json:"reboot,omitempty"`
+
+	// poweroff after installing. Mutually exclusive with reboot.
+	// +optional
+	Poweroff bool `json:"poweroff,omitempty"`
+}
+
+// DistributionOptions are extra options for the k0s or k3s service.
+type DistributionOptions struct {
+	// args are extra command-line arguments, appended after the generated ones.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=100
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=1024
+	Args []string `json:"args,omitempty"`
+
+	// env sets extra environment variables of the service.
+	// +optional
+	// +kubebuilder:validation:MaxProperties=100
+	Env map[string]string `json:"env,omitempty"`
+
+	// config is extra distribution configuration in YAML. For k0s, a partial ClusterConfig
+	// merged into the generated one on control-plane nodes; for k3s, the content of a
+	// config.yaml.d file.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1048576
+	Config string `json:"config,omitempty"`
+}
+
+// CloudConfigFragment is a user cloud-config document merged into the generated one.
+type CloudConfigFragment struct {
+	// name identifies the fragment in merge errors.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Name string `json:"name"`
+
+	// position is append (default) or prepend.
+	// +optional
+	Position FragmentPosition `json:"position,omitempty"`
+
+	// content is the cloud-config YAML. Mutually exclusive with contentFrom.
+	// +optional
+	// +kubebuilder:validation:MaxLength=1048576
+	Content string `json:"content,omitempty"`
+
+	// contentFrom reads the fragment from a Secret in the same namespace.
+	// +optional
+	ContentFrom *SecretKeyReference `json:"contentFrom,omitempty"`
+}
+
+// KairosConfigStatus is the observed state of a KairosConfig.
+type KairosConfigStatus struct {
+	// conditions represent the observations of the KairosConfig's state.
+	// Known condition types are Ready, DataSecretAvailable and Paused.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=32
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+
+	// initialization provides observations of the bootstrap data creation.
+	// NOTE: part of the Cluster API contract, used to orchestrate Machine provisioning.
+	// +optional
+	Initialization KairosConfigInitializationStatus `json:"initialization,omitempty,omitzero"`
+
+	// dataSecretName is the name of the Secret that stores the bootstrap data.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	DataSecretName string `json:"dataSecretName,omitempty"`
+
+	// ready mirrors initialization.dataSecretCreated for consumers of the v1beta1 contract.
+	//
+	// Deprecated: read initialization.dataSecretCreated. Kept while Cluster API still reads
+	// it from providers on the v1beta1 contract.
+	// +optional
+	Ready bool `json:"ready,omitempty"`
+
+	// observedGeneration is the latest generation observed by the controller.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+}
+
+// KairosConfigInitializationStatus provides observations of the bootstrap data creation.
+// +kubebuilder:validation:MinProperties=1
+type KairosConfigInitializationStatus struct {
+	// dataSecretCreated is true when the Machine's bootstrap Secret has been created.
+	// NOTE: part of the Cluster API contract, used to orchestrate Machine provisioning.
+	// +optional
+	DataSecretCreated *bool `json:"dataSecretCreated,omitempty"`
+}
+
+// +kubebuilder:object:root=true
+// +kubebuilder:resource:path=kairosconfigs,scope=Namespaced,categories=cluster-api,shortName=kc;kcfg
+// +kubebuilder:storageversion
+// +kubebuilder:subresource:status
+// +kubebuilder:printcolumn:name="Cluster",type="string",JSONPath=".metadata.labels['cluster\\.x-k8s\\.io/cluster-name']",description="Cluster"
+// +kubebuilder:printcolumn:name="Role",type="string",JSONPath=".spec.role",description="Node role"
+// +kubebuilder:printcolumn:name="Distribution",type="string",JSONPath=".spec.distribution",description="Kubernetes distribution"
+// +kubebuilder:printcolumn:name="Data Secret Created",type="boolean",JSONPath=".status.initialization.dataSecretCreated",description="Bootstrap data Secret created"
+// +kubebuilder:printcolumn:name="Ready",type="string",JSONPath=`.status.conditions[?(@.type=="Ready")].status`,description="Ready condition"
+// +kubebuilder:printcolumn:name="Age",type="date",JSONPath=".metadata.creationTimestamp",description="Time since creation"
+
+// KairosConfig renders the Kairos cloud-config that turns one machine into a k0s or k3s node.
+type KairosConfig struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	// spec is the desired bootstrap configuration.
+	// +optional
+	Spec KairosConfigSpec `json:"spec,omitempty,omitzero"`
+
+	// status is the observed state.
+	// +optional
+	Status KairosConfigStatus `json:"status,omitempty,omitzero"`
+}
+
+// GetConditions returns the conditions; used by Cluster API's condition helpers.
+func (c *KairosConfig) GetConditions() []metav1.Condition { return c.Status.Conditions }
+
+// SetConditions sets the conditions; used by Cluster API's condition helpers.
+func (c *KairosConfig) SetConditions(conditions []metav1.Condition) { c.Status.Conditions = conditions }
+
+// +kubebuilder:object:root=true
+
+// KairosConfigList is a list of KairosConfig.
+type KairosConfigList struct {
+	metav1.TypeMeta `json:",inline"`
+	// +optional
+	metav1.ListMeta `json:"metadata,omitempty"`
+	// items is the list of KairosConfigs.
+	Items []KairosConfig `json:"items"`
+}
+
+func init() {
+	objectTypes = append(objectTypes, &KairosConfig{}, &KairosConfigList{})
+}

@@ -1,0 +1,406 @@
+package v1beta2
+
+import (
+	"encoding/base64"
+	"fmt"
+	"path"
+	"regexp"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/yaml"
+)
+
+var (
+	// semverPattern accepts v-prefixed semantic versions, with an optional distribution build
+	// suffix such as +k0s.0 or +k3s1.
+	semverPattern     = regexp.MustCompile(`^v(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+	linuxNamePattern  = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	githubUserPattern = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9]|-[A-Za-z0-9]){0,38}$`)
+	permissionPattern = regexp.MustCompile(`^0?[0-7]{3}$`)
+	ownerPattern      = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}:[a-z_][a-z0-9_-]{0,31}$|^[0-9]+:[0-9]+$`)
+	envNamePattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	manifestPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*\.ya?ml$`)
+	sshKeyTypes       = []string{"ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
+)
+
+// redacted stands in for secret values in error messages.
+const redacted = "<redacted>"
+
+// managedArgs are flags the provider sets itself; a user value would contradict the
+// generated configuration, so admission rejects them with the field to use instead.
+var managedArgs = map[Distribution]map[string]string{
+	DistributionK0s: {
+		"--single":        "k0s --single refuses every join: remove it and use spec.singleNode for a one-node control plane",
+		"--token-file":    "the provider writes the join token itself: remove it (override with spec.workerTokenSecretRef)",
+		"--config":        "the provider writes /etc/k0s/k0s.yaml: put ClusterConfig settings in spec.k0s.config",
+		"--enable-worker": "the provider always runs controllers with a kubelet: remove it",
+		"--no-taints":     "the provider removes the control-plane taint in single-node mode: use spec.singleNode",
+	},
+	DistributionK3s: {
+		"--cluster-init": "the provider initializes etcd on the first server: remove it",
+		"--server":       "the provider points joining nodes at the control-plane endpoint: remove it",
+		"--token":        "the provider supplies the cluster token: remove it (override with spec.workerTokenSecretRef)",
+		"--token-file":   "the provider supplies the cluster token: remove it (override with spec.workerTokenSecretRef)",
+	},
+}
+
+// cloudConfigKeysForbidden are Kairos keys that hand node roles and tokens to mechanisms
+// other than Cluster API, or that the provider generates itself.
+var cloudConfigKeysForbidden = map[string]string{
+	"p2p":        "p2p negotiates node roles itself, which conflicts with Cluster API owning them",
+	"kubevip":    "kubevip manages the control-plane endpoint, which the infrastructure provider owns",
+	"cluster":    "the cluster key hands roles and tokens to another mechanism",
+	"k0s":        "the provider generates the k0s block: use spec.k0s",
+	"k0s-worker": "the provider generates the k0s-worker block: use spec.k0s",
+	"k3s":        "the provider generates the k3s block: use spec.k3s",
+	"k3s-agent":  "the provider generates the k3s-agent block: use spec.k3s",
+}
+
+// Validate checks a defaulted KairosConfigSpec. Every error names the field and says how to
+// fix it. path is the spec's field path (spec, or spec.template.spec for templates).
+func (s *KairosConfigSpec) Validate(fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+
+	switch s.Role {
+	case RoleControlPlane, RoleWorker:
+	default:
+		errs = append(errs, field.NotSupported(fld.Child("role"), s.Role, []Role{RoleControlPlane, RoleWorker}))
+	}
+	switch s.Distribution {
+	case DistributionK0s, DistributionK3s:
+	default:
+		errs = append(errs, field.NotSupported(fld.Child("distribution"), s.Distribution, []Distribution{DistributionK0s, DistributionK3s}))
+	}
+	if s.KubernetesVersion != "" && !semverPattern.MatchString(s.KubernetesVersion) {
+		errs = append(errs, field.Invalid(fld.Child("kubernetesVersion"), s.KubernetesVersion,
+			"must be a semantic version with a leading v, for example v1.31.2"))
+	}
+	if s.SingleNode && s.Role != RoleControlPlane {
+		errs = append(errs, field.Forbidden(fld.Child("singleNode"),
+			"only control-plane nodes can be single-node: remove singleNode or set role: control-plane"))
+	}
+
+	errs = append(errs, s.validateUser(fld)...)
+	errs = append(errs, s.validateWorkerToken(fld)...)
+	errs = append(errs, s.validateManifests(fld.Child("manifests"))...)
+	errs = append(errs, s.validateFiles(fld.Child("files"))...)
+	errs = append(errs, s.validateHostname(fld)...)
+	errs = append(errs, s.validateInstall(fld.Child("install"))...)
+	errs = append(errs, s.validateDistributionOptions(fld)...)
+	errs = append(errs, s.validateFragments(fld.Child("cloudConfigFragments"))...)
+	return errs
+}
+
+// Warnings returns admission warnings for a defaulted spec.
+func (s *KairosConfigSpec) Warnings(fld *field.Path) []string {
+	var warnings []string
+	if s.UsesDefaultPassword() {
+		warnings = append(warnings, fmt.Sprintf("%s: the login user %q has the well-known development password %q; "+
+			"set %s or %s, or authorize keys with %s or %s",
+			fld.Child("userPassword"), s.UserName, DefaultUserPassword, fld.Child("userPassword"),
+			fld.Child("userPasswordSecretRef"), fld.Child("githubUser"), fld.Child("sshPublicKey")))
+	}
+	if s.WorkerToken != "" {
+		warnings = append(warnings, fmt.Sprintf("%s is stored in plain text in the object; prefer %s",
+			fld.Child("workerToken"), fld.Child("workerTokenSecretRef")))
+	}
+	return warnings
+}
+
+func (s *KairosConfigSpec) validateUser(fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if !linuxNamePattern.MatchString(s.UserName) {
+		errs = append(errs, field.Invalid(fld.Child("userName"), s.UserName,
+			"must be a Linux user name: lower case letters, digits, _ or -, starting with a letter or _, at most 32 characters"))
+	}
+	if s.UserPassword != "" && s.UserPasswordSecretRef != nil {
+		errs = append(errs, field.Forbidden(fld.Child("userPassword"),
+			"userPassword and userPasswordSecretRef are mutually exclusive: keep only userPasswordSecretRef"))
+	}
+	errs = append(errs, validateSecretRef(fld.Child("userPasswordSecretRef"), s.UserPasswordSecretRef)...)
+	for i, g := range s.UserGroups {
+		if !linuxNamePattern.MatchString(g) {
+			errs = append(errs, field.Invalid(fld.Child("userGroups").Index(i), g,
+				"must be a Linux group name: lower case letters, digits, _ or -, starting with a letter or _"))
+		}
+	}
+	if s.GithubUser != "" && !githubUserPattern.MatchString(s.GithubUser) {
+		errs = append(errs, field.Invalid(fld.Child("githubUser"), s.GithubUser,
+			"must be a GitHub user name (letters, digits and single hyphens, at most 39 characters), without the github: prefix"))
+	}
+	if s.SSHPublicKey != "" {
+		if msg := checkAuthorizedKey(s.SSHPublicKey); msg != "" {
+			errs = append(errs, field.Invalid(fld.Child("sshPublicKey"), truncate(s.SSHPublicKey), msg))
+		}
+	}
+	return errs
+}
+
+func (s *KairosConfigSpec) validateWorkerToken(fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.WorkerToken != "" && s.WorkerTokenSecretRef != nil {
+		errs = append(errs, field.Forbidden(fld.Child("workerToken"),
+			"workerToken and workerTokenSecretRef are mutually exclusive: keep only workerTokenSecretRef"))
+	}
+	if s.Role == RoleControlPlane {
+		if s.WorkerToken != "" {
+			errs = append(errs, field.Forbidden(fld.Child("workerToken"),
+				"only workers use a worker token: remove it (control-plane credentials are generated)"))
+		}
+		if s.WorkerTokenSecretRef != nil {
+			errs = append(errs, field.Forbidden(fld.Child("workerTokenSecretRef"),
+				"only workers use a worker token: remove it (control-plane credentials are generated)"))
+		}
+	}
+	if s.WorkerToken != "" && s.Distribution == DistributionK0s && !looksLikeK0sJoinToken(s.WorkerToken) {
+		errs = append(errs, field.Invalid(fld.Child("workerToken"), redacted,
+			"is not a k0s join token (base64 of a gzip-compressed kubeconfig): create one with `k0s token create --role=worker`, or leave it empty to let the provider generate one"))
+	}
+	errs = append(errs, validateSecretRef(fld.Child("workerTokenSecretRef"), s.WorkerTokenSecretRef)...)
+	return errs
+}
+
+func (s *KairosConfigSpec) validateManifests(fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if len(s.Manifests) > 0 && s.Role != RoleControlPlane {
+		errs = append(errs, field.Forbidden(fld,
+			"manifests are applied by the control plane: move them to the control-plane KairosConfig (or KairosControlPlane)"))
+	}
+	seen := map[string]bool{}
+	for i, m := range s.Manifests {
+		p := fld.Index(i)
+		if !manifestPattern.MatchString(m.Name) {
+			errs = append(errs, field.Invalid(p.Child("name"), m.Name,
+				"must be a file name ending in .yaml or .yml, without directories, for example cni.yaml"))
+		}
+		if seen[m.Name] {
+			errs = append(errs, field.Duplicate(p.Child("name"), m.Name))
+		}
+		seen[m.Name] = true
+		errs = append(errs, validateContent(p, m.Content, m.ContentFrom)...)
+		if m.Content != "" {
+			if err := checkYAMLDocuments(m.Content); err != nil {
+				errs = append(errs, field.Invalid(p.Child("content"), m.Name, "is not valid YAML: "+err.Error()))
+			}
+		}
+	}
+	return errs
+}
+
+func (s *KairosConfigSpec) validateFiles(fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, f := range s.Files {
+		p := fld.Index(i)
+		if !path.IsAbs(f.Path) || path.Clean(f.Path) != f.Path || strings.HasSuffix(f.Path, "/") {
+			errs = append(errs, field.Invalid(p.Child("path"), f.Path,
+				"must be an absolute, clean file path such as /etc/myapp/config.yaml"))
+		}
+		if seen[f.Path] {
+			errs = append(errs, field.Duplicate(p.Child("path"), f.Path))
+		}
+		seen[f.Path] = true
+		if f.Owner != "" && !ownerPattern.MatchString(f.Owner) {
+			errs = append(errs, field.Invalid(p.Child("owner"), f.Owner,
+				`must be "user:group", for example root:root or 1000:1000`))
+		}
+		if f.Permissions != "" && !permissionPattern.MatchString(f.Permissions) {
+			errs = append(errs, field.Invalid(p.Child("permissions"), f.Permissions,
+				`must be octal file permissions such as "0644" or "0600"`))
+		}
+		errs = append(errs, validateContent(p, f.Content, f.ContentFrom)...)
+	}
+	return errs
+}
+
+func (s *KairosConfigSpec) validateHostname(fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.Hostname != "" && s.HostnamePrefix != "" {
+		errs = append(errs, field.Forbidden(fld.Child("hostnamePrefix"),
+			"hostname and hostnamePrefix are mutually exclusive: a template shared by many Machines should use hostnamePrefix only"))
+	}
+	if s.Hostname != "" {
+		for _, msg := range validation.IsDNS1123Label(s.Hostname) {
+			errs = append(errs, field.Invalid(fld.Child("hostname"), s.Hostname, msg))
+		}
+	}
+	if s.HostnamePrefix != "" {
+		// The prefix is followed by a suffix, so it may end with a hyphen.
+		for _, msg := range validation.IsDNS1123Label(strings.TrimSuffix(s.HostnamePrefix, "-") + "x") {
+			errs = append(errs, field.Invalid(fld.Child("hostnamePrefix"), s.HostnamePrefix, msg))
+		}
+	}
+	return errs
+}
+
+func (s *KairosConfigSpec) validateInstall(fld *field.Path) field.ErrorList {
+	if s.Install == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	if s.Install.Reboot && s.Install.Poweroff {
+		errs = append(errs, field.Forbidden(fld.Child("poweroff"),
+			"reboot and poweroff are mutually exclusive: keep reboot to boot into the installed system"))
+	}
+	if d := s.Install.Device; d != "" && d != "auto" && (!strings.HasPrefix(d, "/dev/") || path.Clean(d) != d) {
+		errs = append(errs, field.Invalid(fld.Child("device"), d,
+			"must be auto or a device path such as /dev/sda or /dev/disk/by-id/..."))
+	}
+	return errs
+}
+
+func (s *KairosConfigSpec) validateDistributionOptions(fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.K0s != nil && s.Distribution != DistributionK0s {
+		errs = append(errs, field.Forbidden(fld.Child("k0s"),
+			fmt.Sprintf("k0s options do not apply to distribution %s: move them to spec.k3s or set distribution: k0s", s.Distribution)))
+	}
+	if s.K3s != nil && s.Distribution != DistributionK3s {
+		errs = append(errs, field.Forbidden(fld.Child("k3s"),
+			fmt.Sprintf("k3s options do not apply to distribution %s: move them to spec.k0s or set distribution: k3s", s.Distribution)))
+	}
+	for _, o := range []struct {
+		name string
+		opts *DistributionOptions
+		dist Distribution
+	}{{"k0s", s.K0s, DistributionK0s}, {"k3s", s.K3s, DistributionK3s}} {
+		if o.opts == nil {
+			continue
+		}
+		p := fld.Child(o.name)
+		for i, arg := range o.opts.Args {
+			flag, _, _ := strings.Cut(strings.TrimSpace(arg), "=")
+			if why, ok := managedArgs[o.dist][flag]; ok {
+				errs = append(errs, field.Invalid(p.Child("args").Index(i), arg, why))
+			}
+		}
+		for name := range o.opts.Env {
+			if !envNamePattern.MatchString(name) {
+				errs = append(errs, field.Invalid(p.Child("env").Key(name), name,
+					"must be an environment variable name: letters, digits and _, not starting with a digit"))
+			}
+		}
+		if o.opts.Config != "" {
+			cp := p.Child("config")
+			if o.dist == DistributionK0s && s.Role != RoleControlPlane {
+				errs = append(errs, field.Forbidden(cp,
+					"the k0s ClusterConfig is read by controllers only: remove it from worker configs"))
+			}
+			if err := checkYAMLMap(o.opts.Config); err != nil {
+				errs = append(errs, field.Invalid(cp, truncate(o.opts.Config), "must be a YAML mapping: "+err.Error()))
+			}
+		}
+	}
+	return errs
+}
+
+func (s *KairosConfigSpec) validateFragments(fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	seen := map[string]bool{}
+	for i, f := range s.CloudConfigFragments {
+		p := fld.Index(i)
+		if seen[f.Name] {
+			errs = append(errs, field.Duplicate(p.Child("name"), f.Name))
+		}
+		seen[f.Name] = true
+		switch f.Position {
+		case FragmentAppend, FragmentPrepend:
+		default:
+			errs = append(errs, field.NotSupported(p.Child("position"), f.Position, []FragmentPosition{FragmentAppend, FragmentPrepend}))
+		}
+		errs = append(errs, validateContent(p, f.Content, f.ContentFrom)...)
+		if f.Content == "" {
+			continue
+		}
+		m := map[string]any{}
+		if err := yaml.Unmarshal([]byte(f.Content), &m); err != nil {
+			errs = append(errs, field.Invalid(p.Child("content"), f.Name, "must be a cloud-config YAML mapping: "+err.Error()))
+			continue
+		}
+		for key, why := range cloudConfigKeysForbidden {
+			if _, ok := m[key]; ok {
+				errs = append(errs, field.Forbidden(p.Child("content"), fmt.Sprintf("fragment %q sets %q: %s", f.Name, key, why)))
+			}
+		}
+	}
+	return errs
+}
+
+func validateContent(fld *field.Path, content string, from *SecretKeyReference) field.ErrorList {
+	var errs field.ErrorList
+	switch {
+	case content != "" && from != nil:
+		errs = append(errs, field.Forbidden(fld.Child("contentFrom"), "content and contentFrom are mutually exclusive: keep one"))
+	case content == "" && from == nil:
+		errs = append(errs, field.Required(fld.Child("content"), "set content, or contentFrom to read it from a Secret"))
+	}
+	return append(errs, validateSecretRef(fld.Child("contentFrom"), from)...)
+}
+
+func validateSecretRef(fld *field.Path, ref *SecretKeyReference) field.ErrorList {
+	if ref == nil {
+		return nil
+	}
+	var errs field.ErrorList
+	for _, msg := range validation.IsDNS1123Subdomain(ref.Name) {
+		errs = append(errs, field.Invalid(fld.Child("name"), ref.Name, "must be the name of a Secret in this namespace: "+msg))
+	}
+	if ref.Key != "" {
+		for _, msg := range validation.IsConfigMapKey(ref.Key) {
+			errs = append(errs, field.Invalid(fld.Child("key"), ref.Key, "must be a key of the Secret's data: "+msg))
+		}
+	}
+	return errs
+}
+
+func checkAuthorizedKey(key string) string {
+	fields := strings.Fields(key)
+	if len(fields) < 2 {
+		return "must be one SSH public key in authorized_keys format, for example \"ssh-ed25519 AAAA... user@host\""
+	}
+	known := false
+	for _, t := range sshKeyTypes {
+		known = known || fields[0] == t
+	}
+	if !known {
+		return fmt.Sprintf("unsupported key type %q: use one of %s", fields[0], strings.Join(sshKeyTypes, ", "))
+	}
+	if _, err := base64.StdEncoding.DecodeString(fields[1]); err != nil {
+		return "the key material is not valid base64: paste the whole line of the .pub file"
+	}
+	if strings.Contains(key, "\n") && len(strings.Split(strings.TrimSpace(key), "\n")) > 1 {
+		return "holds more than one key: use githubUser, or one key here"
+	}
+	return ""
+}
+
+// looksLikeK0sJoinToken checks the outer encoding of a k0s join token (base64 of gzip data)
+// without decoding the credentials it contains.
+func looksLikeK0sJoinToken(token string) bool {
+	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(token))
+	return err == nil && len(raw) > 2 && raw[0] == 0x1f && raw[1] == 0x8b
+}
+
+func checkYAMLMap(doc string) error {
+	m := map[string]any{}
+	return yaml.Unmarshal([]byte(doc), &m)
+}
+
+func checkYAMLDocuments(doc string) error {
+	for _, part := range strings.Split(doc, "\n---") {
+		var v any
+		if err := yaml.Unmarshal([]byte(part), &v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func truncate(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
+}

@@ -1,0 +1,3 @@
+module github.com/kairos-capi/kairos-capi/bootstrap
+
+go 1.26.0
