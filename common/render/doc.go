@@ -1,0 +1,40 @@
+// Package render turns a Node (one Machine's bootstrap needs) into the Kairos
+// cloud-config a node consumes, for k0s and k3s, control planes and workers.
+//
+// The node reads its bootstrap data once: the Kairos agent starts the
+// distribution a single time and marks the node as bootstrapped. So the
+// renderer refuses to produce a document until everything is known (endpoint,
+// PKI, tokens), validates every field, and uses every field it accepts.
+//
+// What a rendered document does on the node, in boot order:
+//
+//   - initramfs (cloud-init keys): hostname; boot: users, then the step
+//     "kairos-capi bootstrap files" writes the distribution config, token,
+//     PKI, manifests and the kairos-capi scripts and units, then
+//     "kairos-capi user files" writes Node.Files (after the users exist, so
+//     "user:group" owners resolve).
+//   - network: "kairos-capi pre-commands" runs PreCommands once, then
+//     "kairos-capi bootstrap sentinel" starts kairos-capi-bootstrap.service
+//     without waiting for it. The Kairos agent (kairos-agent.service, ordered
+//     after cos-setup-network.service, which runs this stage) only starts the
+//     k0s/k3s service after the stage has finished, so files and pre-commands
+//     are in place first. These steps are skipped on the live installer and
+//     in recovery.
+//   - The distribution service carries a systemd drop-in whose ExecStartPre
+//     is preflight.sh: the service refuses to start unless the installed
+//     k0s/k3s matches KubernetesVersion and the pre-commands completed. This
+//     also holds on later boots, when systemd starts the enabled service
+//     itself.
+//   - kairos-capi-bootstrap.service waits until the service is active and
+//     serving (API /readyz on control planes, a kubelet kubeconfig on
+//     workers), runs PostCommands once, and only then writes
+//     /run/cluster-api/bootstrap-success.complete.
+//
+// yip renders Go templates in file contents and commands, so all generated
+// and user-supplied content is escaped (EscapeTemplates) and reaches the disk
+// byte for byte. Only HostnamePrefix templates on purpose, and user fragments
+// passed to Document are merged unescaped.
+//
+// The generated script and unit paths are exported so that tests (and a
+// simulated node) can follow what a real node would do.
+package render

@@ -1,0 +1,165 @@
+package render
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/kairos-capi/kairos-capi/common/internal/yamlenc"
+	"github.com/kairos-capi/kairos-capi/common/merge"
+)
+
+const (
+	k0sAPIVersion = "k0s.k0sproject.io/v1beta1"
+	k0sKind       = "ClusterConfig"
+	// k0sDefaultName is the metadata.name "k0s config create" writes; a
+	// user Config copied from it is accepted.
+	k0sDefaultName = "k0s"
+)
+
+func (b *builder) k0sController() {
+	n := b.n
+	b.file(K0sConfigPath, 0o600, b.k0sConfig)
+	// --enable-worker: a controller without a kubelet registers no Node and
+	// its Machine never gets a nodeRef. Never --single: it refuses joins.
+	args := make([]string, 0, 4+len(n.Args))
+	args = append(args, "--config="+K0sConfigPath, "--enable-worker")
+	if n.SingleNode {
+		args = append(args, "--no-taints")
+	}
+	if !n.Init {
+		b.file(K0sTokenPath, 0o600, strings.TrimSpace(n.JoinToken))
+		args = append(args, "--token-file="+K0sTokenPath)
+	}
+	p := n.PKI
+	b.file(K0sPKIDir+"/ca.crt", 0o644, string(p.ClusterCA.Cert))
+	b.file(K0sPKIDir+"/ca.key", 0o600, string(p.ClusterCA.Key))
+	b.file(K0sPKIDir+"/sa.pub", 0o644, string(p.ServiceAccount.Cert))
+	b.file(K0sPKIDir+"/sa.key", 0o600, string(p.ServiceAccount.Key))
+	b.file(K0sPKIDir+"/front-proxy-ca.crt", 0o644, string(p.FrontProxyCA.Cert))
+	b.file(K0sPKIDir+"/front-proxy-ca.key", 0o600, string(p.FrontProxyCA.Key))
+	b.file(K0sPKIDir+"/etcd/ca.crt", 0o644, string(p.EtcdCA.Cert))
+	b.file(K0sPKIDir+"/etcd/ca.key", 0o600, string(p.EtcdCA.Key))
+	for _, m := range n.Manifests {
+		// Manifests may hold secrets (bootstrap tokens): 0600.
+		b.file(K0sManifestDir+"/"+m.Name+".yaml", 0o600, m.Content)
+	}
+	b.cfg.K0s = b.distribution(args)
+}
+
+func (b *builder) k0sWorker() {
+	b.file(K0sTokenPath, 0o600, strings.TrimSpace(b.n.JoinToken))
+	args := make([]string, 0, 2+len(b.n.Args))
+	args = append(args, "--token-file="+K0sTokenPath, "--taints="+UninitializedTaint)
+	b.cfg.K0sWorker = b.distribution(args)
+}
+
+// k0sClusterConfig returns /etc/k0s/k0s.yaml: the endpoint as external
+// address and SAN, the API port, and the user's partial ClusterConfig merged
+// in (keys set by both are errors).
+func k0sClusterConfig(n *Node) (string, error) {
+	cfg := map[string]any{
+		"apiVersion": k0sAPIVersion,
+		"kind":       k0sKind,
+		"metadata":   map[string]any{"name": n.ClusterName},
+		"spec": map[string]any{
+			"api": map[string]any{
+				"externalAddress": n.Endpoint.Host,
+				"port":            int(n.Endpoint.Port),
+				"sans":            []any{n.Endpoint.Host},
+			},
+		},
+	}
+	if strings.TrimSpace(n.Config) != "" {
+		user, err := userConfigs.get(n.Config, n.ClusterName)
+		if err != nil {
+			return "", err
+		}
+		if err := merge.MergeValues(cfg, BaseName, user, "Config"); err != nil {
+			return "", err
+		}
+	}
+	e := yamlenc.New(512 + len(n.Config))
+	e.AnyMap(0, cfg)
+	if err := e.Err(); err != nil {
+		return "", err
+	}
+	return string(e.Bytes()), nil
+}
+
+// userConfigCache keeps parsed user ClusterConfigs: a controller renders the
+// same KairosConfig on every reconcile, and parsing YAML is the most
+// expensive step of rendering. Entries are never modified (MergeValues copies
+// what it takes from them); the cache is cleared when it is full.
+type userConfigCache struct {
+	mu      sync.Mutex
+	entries map[[2]string]userConfigEntry
+}
+
+type userConfigEntry struct {
+	m   map[string]any
+	err error
+}
+
+const userConfigCacheSize = 256
+
+var userConfigs = &userConfigCache{entries: map[[2]string]userConfigEntry{}}
+
+func (c *userConfigCache) get(config, clusterName string) (map[string]any, error) {
+	if len(config) > 64<<10 {
+		return parseK0sUserConfig(config, clusterName) // too big to keep
+	}
+	key := [2]string{config, clusterName}
+	c.mu.Lock()
+	e, ok := c.entries[key]
+	c.mu.Unlock()
+	if ok {
+		return e.m, e.err
+	}
+	m, err := parseK0sUserConfig(config, clusterName)
+	c.mu.Lock()
+	if len(c.entries) >= userConfigCacheSize {
+		clear(c.entries)
+	}
+	c.entries[key] = userConfigEntry{m: m, err: err}
+	c.mu.Unlock()
+	return m, err
+}
+
+// parseK0sUserConfig decodes a partial ClusterConfig. apiVersion, kind and
+// metadata.name may be present when they agree with the generated ones.
+func parseK0sUserConfig(s, clusterName string) (map[string]any, error) {
+	var m map[string]any
+	if err := yaml.Unmarshal([]byte(s), &m); err != nil {
+		return nil, fmt.Errorf("not a YAML map: %w", err)
+	}
+	if m == nil {
+		return map[string]any{}, nil
+	}
+	if v, ok := m["apiVersion"]; ok {
+		if v != k0sAPIVersion {
+			return nil, fmt.Errorf("apiVersion %v is not %s", v, k0sAPIVersion)
+		}
+		delete(m, "apiVersion")
+	}
+	if v, ok := m["kind"]; ok {
+		if v != k0sKind {
+			return nil, fmt.Errorf("kind %v is not %s", v, k0sKind)
+		}
+		delete(m, "kind")
+	}
+	if md, ok := m["metadata"].(map[string]any); ok {
+		if name, ok := md["name"]; ok {
+			if name != clusterName && name != k0sDefaultName {
+				return nil, fmt.Errorf("metadata.name %v is not the cluster name %s", name, clusterName)
+			}
+			delete(md, "name")
+		}
+		if len(md) == 0 {
+			delete(m, "metadata")
+		}
+	}
+	return m, nil
+}

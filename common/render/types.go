@@ -1,0 +1,178 @@
+package render
+
+import (
+	"github.com/kairos-capi/kairos-capi/common/pki"
+)
+
+// Distribution is the Kubernetes distribution a node runs.
+type Distribution string
+
+const (
+	K0s Distribution = "k0s"
+	K3s Distribution = "k3s"
+)
+
+// Role is a node's role in the cluster.
+type Role string
+
+const (
+	RoleControlPlane Role = "control-plane"
+	RoleWorker       Role = "worker"
+)
+
+// Endpoint is the control-plane endpoint (API server host and port).
+type Endpoint struct {
+	Host string
+	Port int32
+}
+
+// User is an OS user created on the node.
+type User struct {
+	Name string
+	// Password is plain or crypt(3)-hashed; empty locks password login.
+	Password string
+	Groups   []string
+	// SSHAuthorizedKeys holds raw keys or "github:<user>" / "gitlab:<user>".
+	SSHAuthorizedKeys []string
+}
+
+// Install asks the node to install itself to disk first.
+type Install struct {
+	Auto bool
+	// Device is "auto", a /dev/... path or script://<command>.
+	Device string
+	// Reboot and Poweroff are exclusive.
+	Reboot, Poweroff bool
+}
+
+// File is a user file written on the node before the distribution starts.
+type File struct {
+	Path    string
+	Content string
+	// Owner is "user:group" (names or numeric ids); empty means root:root.
+	Owner string
+	// Permissions is the file mode; 0 means 0600.
+	Permissions uint32
+}
+
+// Manifest is a Kubernetes manifest the distribution applies (control plane
+// only).
+type Manifest struct {
+	// Name names the file: [a-z0-9]([-a-z0-9._]*[a-z0-9])?, unique.
+	Name    string
+	Content string
+}
+
+// PKI is the cluster PKI pre-seeded on control-plane nodes, so the cluster
+// trusts what the management side generated.
+type PKI struct {
+	ClusterCA    pki.KeyPair
+	EtcdCA       pki.KeyPair
+	FrontProxyCA pki.KeyPair
+	// ServiceAccount: Key is the private key PEM, Cert the public key PEM.
+	ServiceAccount pki.KeyPair
+}
+
+// Node describes the bootstrap data of one Machine.
+type Node struct {
+	Distribution Distribution
+	Role         Role
+	// Init (control plane only) creates the cluster; false joins an existing
+	// one.
+	Init bool
+	// SingleNode (control plane only) also runs workloads: no control-plane
+	// taint.
+	SingleNode bool
+	// KubernetesVersion, e.g. "v1.31.2" (or "v1.31.2+k3s1" to pin the
+	// distribution release): the node refuses to start the distribution and
+	// never reports bootstrap success unless the installed one matches.
+	KubernetesVersion string
+	ClusterName       string
+	// Endpoint is the control-plane endpoint.
+	Endpoint Endpoint
+	// Hostname is a literal hostname; HostnamePrefix instead derives one from
+	// the prefix and the machine id on the node. At most one may be set.
+	Hostname       string
+	HostnamePrefix string
+	// Users: at least one (the Kairos schema requires it).
+	Users []User
+	// Install nil omits install: (the disk image is already installed).
+	Install *Install
+	Files   []File
+	// PreCommands run once before the distribution starts, PostCommands once
+	// after it is up and before the bootstrap sentinel is written; a failing
+	// command fails the bootstrap.
+	PreCommands, PostCommands []string
+	// Manifests are applied by the distribution (control plane only).
+	Manifests []Manifest
+	// PKI is required on control-plane nodes and refused on workers.
+	PKI *PKI
+	// JoinToken: k0s: the join token (controller token for joining control
+	// planes, worker token for workers; none for the init node). k3s: the
+	// cluster token K10<ca hash>::server:<password>, required for all roles.
+	JoinToken string
+	// Args are extra distribution arguments, appended after ours.
+	Args []string
+	// Env is extra distribution environment.
+	Env map[string]string
+	// Config is extra distribution configuration YAML. k0s (control plane
+	// only): a partial ClusterConfig merged into the generated one, a key set
+	// by both is an error. k3s: a config.yaml.d file.
+	Config string
+}
+
+// Paths and names the rendered document uses on the node.
+const (
+	// SentinelPath is the Cluster API bootstrap success sentinel.
+	SentinelPath = "/run/cluster-api/bootstrap-success.complete"
+	// ScriptDir holds the bootstrap scripts and their state markers
+	// (persistent on Kairos).
+	ScriptDir = "/usr/local/lib/kairos-capi"
+	// BootstrapUnit waits for the distribution, runs the post-commands and
+	// writes the sentinel.
+	BootstrapUnit = "kairos-capi-bootstrap.service"
+
+	PreflightScript     = ScriptDir + "/preflight.sh"
+	BootstrapScript     = ScriptDir + "/bootstrap.sh"
+	PreCommandsScript   = ScriptDir + "/pre-commands.sh"
+	PostCommandsScript  = ScriptDir + "/post-commands.sh"
+	PreCommandsMarker   = ScriptDir + "/pre-commands.done"
+	PostCommandsMarker  = ScriptDir + "/post-commands.done"
+	BootstrapUnitPath   = "/etc/systemd/system/" + BootstrapUnit
+	preflightDropInName = "10-kairos-capi-preflight.conf"
+
+	K0sConfigPath  = "/etc/k0s/k0s.yaml"
+	K0sTokenPath   = "/etc/k0s/token"
+	K0sPKIDir      = "/var/lib/k0s/pki"
+	K0sManifestDir = "/var/lib/k0s/manifests/kairos-capi"
+
+	K3sTokenPath      = "/etc/rancher/k3s/token"
+	K3sTLSDir         = "/var/lib/rancher/k3s/server/tls"
+	K3sManifestDir    = "/var/lib/rancher/k3s/server/manifests"
+	K3sManifestPrefix = "kairos-capi-"
+	K3sUserConfigPath = "/etc/rancher/k3s/config.yaml.d/90-kairos-capi.yaml"
+
+	// UninitializedTaint keeps workloads off a worker until Cluster API has
+	// initialised its Node.
+	UninitializedTaint = "node.cluster.x-k8s.io/uninitialized:NoSchedule"
+	// ControlPlaneTaint keeps workloads off control-plane nodes.
+	ControlPlaneTaint = "node-role.kubernetes.io/control-plane:NoSchedule"
+
+	// HostnameSuffixTemplate is appended to HostnamePrefix; yip renders it
+	// from /etc/machine-id when it sets the hostname.
+	HostnameSuffixTemplate = "{{ trunc 8 .MachineID }}"
+)
+
+// ServiceName is the systemd unit that runs the distribution for the role.
+func ServiceName(d Distribution, r Role) string {
+	switch {
+	case d == K0s && r == RoleControlPlane:
+		return "k0scontroller"
+	case d == K0s:
+		return "k0sworker"
+	case d == K3s && r == RoleControlPlane:
+		return "k3s"
+	default:
+		return "k3s-agent"
+	}
+}

@@ -1,0 +1,465 @@
+package render
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"net"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/kairos-capi/kairos-capi/common/pki"
+	"github.com/kairos-capi/kairos-capi/common/token"
+)
+
+var (
+	versionPattern  = regexp.MustCompile(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]*)?$`)
+	hostPrefixRegex = regexp.MustCompile(`^[a-z0-9][-a-z0-9]*$`)
+	userNamePattern = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
+	manifestPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$`)
+	envKeyPattern   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	ownerPartRegex  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
+)
+
+// isDNSName reports whether s is a lowercase RFC 1123 DNS name (labels of
+// [a-z0-9-], not starting or ending with '-', at most 63 characters; at most
+// 253 in all). Hand-written: validation runs on every render.
+func isDNSName(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	label := 0
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c >= '0' && c <= '9':
+			label++
+		case c == '-':
+			if label == 0 || i+1 == len(s) || s[i+1] == '.' {
+				return false
+			}
+			label++
+		case c == '.':
+			if label == 0 {
+				return false
+			}
+			label = 0
+			continue
+		default:
+			return false
+		}
+		if label > 63 {
+			return false
+		}
+	}
+	return label > 0
+}
+
+// isVersion reports whether s matches versionPattern, without a regexp for
+// the common "vX.Y.Z" form.
+func isVersion(s string) bool {
+	t := strings.TrimPrefix(s, "v")
+	for part := 0; part < 3; part++ {
+		digits := 0
+		for digits < len(t) && t[digits] >= '0' && t[digits] <= '9' {
+			digits++
+		}
+		if digits == 0 {
+			return false
+		}
+		t = t[digits:]
+		if part < 2 {
+			if t == "" || t[0] != '.' {
+				return false
+			}
+			t = t[1:]
+		}
+	}
+	return t == "" || versionPattern.MatchString(s)
+}
+
+// isUserName reports whether s matches userNamePattern.
+func isUserName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c == '_':
+		case (c >= '0' && c <= '9') || c == '-':
+			if i == 0 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// maxHostnameLen leaves room for the 8-character suffix in a 63-character
+// DNS label.
+const maxHostnamePrefixLen = 63 - 8
+
+// problems collects validation errors with their field paths.
+type problems []error
+
+func (p *problems) add(field, format string, args ...any) {
+	*p = append(*p, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+}
+
+// wrap keeps err inspectable (errors.As finds a *merge.ConflictError).
+func (p *problems) wrap(field string, err error) {
+	*p = append(*p, fmt.Errorf("%s: %w", field, err))
+}
+
+// Validate checks a Node and returns every problem found, joined.
+func (n *Node) Validate() error {
+	_, err := n.validate()
+	return err
+}
+
+// validated is what validation computes on the way and rendering reuses.
+type validated struct {
+	// version is KubernetesVersion with a "v" prefix.
+	version string
+	// k0sConfig is /etc/k0s/k0s.yaml for k0s controllers.
+	k0sConfig string
+}
+
+// validate checks n.
+func (n *Node) validate() (validated, error) {
+	var p problems
+	var out validated
+	cp := n.Role == RoleControlPlane
+
+	switch n.Distribution {
+	case K0s, K3s:
+	case "":
+		p.add("Distribution", "required (%q or %q)", K0s, K3s)
+	default:
+		p.add("Distribution", "unknown distribution %q (want %q or %q)", n.Distribution, K0s, K3s)
+	}
+	switch n.Role {
+	case RoleControlPlane, RoleWorker:
+	case "":
+		p.add("Role", "required (%q or %q)", RoleControlPlane, RoleWorker)
+	default:
+		p.add("Role", "unknown role %q (want %q or %q)", n.Role, RoleControlPlane, RoleWorker)
+	}
+	if !cp {
+		if n.Init {
+			p.add("Init", "only control-plane nodes initialise a cluster")
+		}
+		if n.SingleNode {
+			p.add("SingleNode", "only applies to control-plane nodes")
+		}
+		if len(n.Manifests) > 0 {
+			p.add("Manifests", "only control-plane nodes apply manifests")
+		}
+		if n.PKI != nil {
+			p.add("PKI", "only control-plane nodes use the cluster PKI; workers join with JoinToken")
+		}
+	}
+
+	version := n.KubernetesVersion
+	switch {
+	case version == "":
+		p.add("KubernetesVersion", "required")
+	case !isVersion(version):
+		p.add("KubernetesVersion", "%q is not a version like v1.31.2", version)
+	case version[0] != 'v':
+		version = "v" + version
+	}
+
+	switch {
+	case n.ClusterName == "":
+		p.add("ClusterName", "required")
+	case !isDNSName(n.ClusterName):
+		p.add("ClusterName", "%q is not a DNS subdomain name", n.ClusterName)
+	}
+
+	switch h := n.Endpoint.Host; {
+	case h == "":
+		p.add("Endpoint.Host", "required: render only once the control-plane endpoint is known")
+	case !isDNSName(strings.ToLower(h)) && net.ParseIP(h) == nil:
+		p.add("Endpoint.Host", "%q is neither an IP address nor a DNS name", h)
+	}
+	if n.Endpoint.Port <= 0 || n.Endpoint.Port > 65535 {
+		p.add("Endpoint.Port", "%d is not a TCP port", n.Endpoint.Port)
+	}
+
+	if n.Hostname != "" && n.HostnamePrefix != "" {
+		p.add("Hostname", "set either Hostname or HostnamePrefix, not both")
+	}
+	if h := n.Hostname; h != "" && !isDNSName(h) {
+		p.add("Hostname", "%q is not a lowercase DNS name", h)
+	}
+	if h := n.HostnamePrefix; h != "" && (len(h) > maxHostnamePrefixLen || !hostPrefixRegex.MatchString(h)) {
+		p.add("HostnamePrefix", "%q must match [a-z0-9][-a-z0-9]* and be at most %d characters", h, maxHostnamePrefixLen)
+	}
+
+	validateUsers(&p, n.Users)
+	if in := n.Install; in != nil {
+		if in.Reboot && in.Poweroff {
+			p.add("Install", "Reboot and Poweroff are exclusive")
+		}
+		if d := in.Device; d != "" && d != "auto" && !strings.HasPrefix(d, "/dev/") && !strings.HasPrefix(d, "script://") {
+			p.add("Install.Device", "%q must be \"auto\", a /dev/... path or script://<command>", d)
+		}
+	}
+
+	for i, f := range n.Files {
+		field := fmt.Sprintf("Files[%d]", i)
+		switch {
+		case f.Path == "" || !path.IsAbs(f.Path):
+			p.add(field+".Path", "%q must be an absolute path", f.Path)
+		case path.Clean(f.Path) != f.Path:
+			p.add(field+".Path", "%q is not clean (want %q)", f.Path, path.Clean(f.Path))
+		case f.Path == SentinelPath:
+			p.add(field+".Path", "%q is the bootstrap sentinel, written only once bootstrap succeeded", f.Path)
+		}
+		if f.Permissions > 0o7777 {
+			p.add(field+".Permissions", "%#o is not a file mode", f.Permissions)
+		}
+		if f.Owner != "" {
+			u, g, ok := strings.Cut(f.Owner, ":")
+			if !ok || !ownerPartRegex.MatchString(u) || !ownerPartRegex.MatchString(g) {
+				p.add(field+".Owner", "%q must be \"user:group\"", f.Owner)
+			}
+		}
+		for j := range i {
+			if n.Files[j].Path == f.Path {
+				p.add(field+".Path", "%q is also Files[%d]", f.Path, j)
+				break
+			}
+		}
+	}
+
+	validateCommands(&p, "PreCommands", n.PreCommands)
+	validateCommands(&p, "PostCommands", n.PostCommands)
+
+	for i, m := range n.Manifests {
+		field := fmt.Sprintf("Manifests[%d]", i)
+		if len(m.Name) > 200 || !manifestPattern.MatchString(m.Name) {
+			p.add(field+".Name", "%q must match %s", m.Name, manifestPattern)
+		}
+		if strings.TrimSpace(m.Content) == "" {
+			p.add(field+".Content", "empty")
+		}
+		for j := range i {
+			if n.Manifests[j].Name == m.Name {
+				p.add(field+".Name", "%q is also Manifests[%d]", m.Name, j)
+				break
+			}
+		}
+	}
+
+	for i, a := range n.Args {
+		if strings.TrimSpace(a) == "" || strings.ContainsAny(a, "\r\n") {
+			p.add(fmt.Sprintf("Args[%d]", i), "%q must be a non-empty single line", a)
+		}
+	}
+	for k, v := range n.Env {
+		if !envKeyPattern.MatchString(k) {
+			p.add("Env", "%q is not an environment variable name", k)
+		}
+		if strings.ContainsAny(v, "\r\n") {
+			p.add("Env", "the value of %s must be a single line", k)
+		}
+	}
+
+	if cp {
+		if n.PKI == nil {
+			p.add("PKI", "required on control-plane nodes (init and join)")
+		} else {
+			validatePKI(&p, n.PKI)
+		}
+	}
+	n.validateJoinToken(&p)
+
+	switch {
+	case n.Distribution == K0s && cp:
+		conf, err := k0sClusterConfig(n)
+		if err != nil {
+			p.wrap("Config", err)
+		}
+		out.k0sConfig = conf
+	case n.Distribution == K0s && n.Config != "":
+		p.add("Config", "k0s workers take no ClusterConfig")
+	case n.Distribution == K3s && strings.TrimSpace(n.Config) != "":
+		if err := checkK3sUserConfig(n.Config, n.Role); err != nil {
+			p.wrap("Config", err)
+		}
+	}
+
+	n.checkUTF8(&p)
+	out.version = version
+	return out, errors.Join(p...)
+}
+
+// checkUTF8 rejects free-text fields that are not valid UTF-8: YAML cannot
+// carry them as text.
+func (n *Node) checkUTF8(p *problems) {
+	check := func(value string, field func() string) {
+		if !utf8.ValidString(value) {
+			p.add(field(), "is not valid UTF-8")
+		}
+	}
+	check(n.Config, func() string { return "Config" })
+	check(n.JoinToken, func() string { return "JoinToken" })
+	for i := range n.Files {
+		check(n.Files[i].Content, func() string { return fmt.Sprintf("Files[%d].Content", i) })
+	}
+	for i := range n.Manifests {
+		check(n.Manifests[i].Content, func() string { return fmt.Sprintf("Manifests[%d].Content", i) })
+	}
+	for i, u := range n.Users {
+		check(u.Password, func() string { return fmt.Sprintf("Users[%d].Password", i) })
+		for j, k := range u.SSHAuthorizedKeys {
+			check(k, func() string { return fmt.Sprintf("Users[%d].SSHAuthorizedKeys[%d]", i, j) })
+		}
+	}
+	for i, c := range n.PreCommands {
+		check(c, func() string { return fmt.Sprintf("PreCommands[%d]", i) })
+	}
+	for i, c := range n.PostCommands {
+		check(c, func() string { return fmt.Sprintf("PostCommands[%d]", i) })
+	}
+	for i, a := range n.Args {
+		check(a, func() string { return fmt.Sprintf("Args[%d]", i) })
+	}
+	for k, v := range n.Env {
+		check(v, func() string { return "Env." + k })
+	}
+}
+
+func validateUsers(p *problems, users []User) {
+	if len(users) == 0 {
+		p.add("Users", "at least one user is required (the Kairos schema requires one)")
+	}
+	for i, u := range users {
+		field := fmt.Sprintf("Users[%d]", i)
+		if !isUserName(u.Name) {
+			p.add(field+".Name", "%q must match %s", u.Name, userNamePattern)
+		}
+		for j := range i {
+			if users[j].Name == u.Name {
+				p.add(field+".Name", "%q is also Users[%d]", u.Name, j)
+				break
+			}
+		}
+		for j, g := range u.Groups {
+			if g == "" || strings.ContainsAny(g, ", \t\r\n:") {
+				p.add(fmt.Sprintf("%s.Groups[%d]", field, j), "%q is not a group name", g)
+			}
+		}
+		for j, k := range u.SSHAuthorizedKeys {
+			if strings.TrimSpace(k) == "" || strings.ContainsAny(k, "\r\n") {
+				p.add(fmt.Sprintf("%s.SSHAuthorizedKeys[%d]", field, j), "must be one non-empty line")
+			}
+		}
+		if strings.ContainsAny(u.Password, "\r\n") {
+			p.add(field+".Password", "must be a single line")
+		}
+	}
+}
+
+func validateCommands(p *problems, field string, cmds []string) {
+	for i, c := range cmds {
+		if strings.TrimSpace(c) == "" {
+			p.add(fmt.Sprintf("%s[%d]", field, i), "empty command")
+		}
+	}
+}
+
+// validatePKI checks the shape of the PEM data only: rendering runs on every
+// reconcile and must stay cheap; the PKI helpers that created the material
+// validate it properly.
+func validatePKI(p *problems, k *PKI) {
+	check := func(field string, kp pki.KeyPair, certBlock string) {
+		if !bytes.Contains(kp.Cert, []byte("-----BEGIN "+certBlock+"-----")) {
+			p.add(field+".Cert", "missing or not a PEM %s", strings.ToLower(certBlock))
+		}
+		if !bytes.Contains(kp.Key, []byte("PRIVATE KEY-----")) {
+			p.add(field+".Key", "missing or not a PEM private key")
+		}
+	}
+	check("PKI.ClusterCA", k.ClusterCA, pki.CertificateBlockType)
+	check("PKI.EtcdCA", k.EtcdCA, pki.CertificateBlockType)
+	check("PKI.FrontProxyCA", k.FrontProxyCA, pki.CertificateBlockType)
+	check("PKI.ServiceAccount", k.ServiceAccount, pki.PublicKeyBlockType)
+}
+
+func (n *Node) validateJoinToken(p *problems) {
+	cp := n.Role == RoleControlPlane
+	switch n.Distribution {
+	case K0s:
+		if cp && n.Init {
+			if n.JoinToken != "" {
+				p.add("JoinToken", "the init controller creates the cluster and takes no join token")
+			}
+			return
+		}
+		if n.JoinToken == "" {
+			p.add("JoinToken", "required to join a k0s cluster (a %s token)", n.k0sTokenRole())
+			return
+		}
+		info, err := token.ParseK0sJoinToken(n.JoinToken)
+		if err != nil {
+			p.add("JoinToken", "not a k0s join token: %v", err)
+			return
+		}
+		if want := n.k0sTokenRole(); info.Role != want {
+			p.add("JoinToken", "is a k0s %s token but a %s token is needed", info.Role, want)
+		}
+		if cp && n.PKI != nil && !bytes.Equal(bytes.TrimSpace(info.CACert), bytes.TrimSpace(n.PKI.ClusterCA.Cert)) {
+			p.add("JoinToken", "its CA is not PKI.ClusterCA")
+		}
+	case K3s:
+		if n.JoinToken == "" {
+			p.add("JoinToken", "required: the k3s cluster token (K10<ca hash>::server:<password>)")
+			return
+		}
+		hash, _, _, err := token.ParseK3sToken(n.JoinToken)
+		if err != nil {
+			p.add("JoinToken", "%v", err)
+			return
+		}
+		if cp && n.PKI != nil && bytes.Contains(n.PKI.ClusterCA.Cert, []byte("-----BEGIN CERTIFICATE-----")) {
+			want, err := token.K3sCAHash(n.PKI.ClusterCA.Cert)
+			if err != nil {
+				p.add("PKI.ClusterCA.Cert", "%v", err)
+			} else if want != hash {
+				p.add("JoinToken", "pins CA hash %s but PKI.ClusterCA hashes to %s", hash, want)
+			}
+		}
+	}
+}
+
+func (n *Node) k0sTokenRole() token.K0sTokenRole {
+	if n.Role == RoleControlPlane {
+		return token.K0sControllerToken
+	}
+	return token.K0sWorkerToken
+}
+
+// parseOwner maps "user:group" to numeric ids when both are numbers (or to
+// root for an empty owner); otherwise it returns the string for yip to
+// resolve on the node.
+func parseOwner(owner string) (uid, gid int, ownerString string) {
+	if owner == "" || owner == "root:root" {
+		return 0, 0, ""
+	}
+	u, g, _ := strings.Cut(owner, ":")
+	ui, err1 := strconv.Atoi(u)
+	gi, err2 := strconv.Atoi(g)
+	if err1 == nil && err2 == nil && ui >= 0 && gi >= 0 {
+		return ui, gi, ""
+	}
+	return 0, 0, owner
+}
