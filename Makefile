@@ -27,7 +27,7 @@ help: ## Show this help.
 generate: $(CONTROLLER_GEN) ## Generate deepcopy, CRDs, RBAC and webhook manifests from markers.
 	cd bootstrap/api && $(CONTROLLER_GEN) object paths=./...
 	cd bootstrap/api && $(CONTROLLER_GEN) crd paths=./... output:crd:dir=$(ROOT)/bootstrap/config/crd/bases
-	cd bootstrap && $(CONTROLLER_GEN) rbac:roleName=manager-role webhook paths=./internal/... \
+	cd bootstrap && $(CONTROLLER_GEN) rbac:roleName=manager-role webhook paths=./... \
 		output:rbac:dir=$(ROOT)/bootstrap/config/rbac output:webhook:dir=$(ROOT)/bootstrap/config/webhook
 
 .PHONY: fmt

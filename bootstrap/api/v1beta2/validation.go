@@ -22,7 +22,9 @@ var (
 	ownerPattern      = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}:[a-z_][a-z0-9_-]{0,31}$|^[0-9]+:[0-9]+$`)
 	envNamePattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	manifestPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*\.ya?ml$`)
-	sshKeyTypes       = []string{"ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
+	// k3sTokenPattern is k3s' secure token format, which pins the server CA.
+	k3sTokenPattern = regexp.MustCompile(`^K10[0-9a-f]{64}::[^:\s]+:\S+$`)
+	sshKeyTypes     = []string{"ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
 )
 
 // redacted stands in for secret values in error messages.
@@ -157,6 +159,10 @@ func (s *KairosConfigSpec) validateWorkerToken(fld *field.Path) field.ErrorList 
 	if s.WorkerToken != "" && s.Distribution == DistributionK0s && !looksLikeK0sJoinToken(s.WorkerToken) {
 		errs = append(errs, field.Invalid(fld.Child("workerToken"), redacted,
 			"is not a k0s join token (base64 of a gzip-compressed kubeconfig): create one with `k0s token create --role=worker`, or leave it empty to let the provider generate one"))
+	}
+	if s.WorkerToken != "" && s.Distribution == DistributionK3s && !k3sTokenPattern.MatchString(strings.TrimSpace(s.WorkerToken)) {
+		errs = append(errs, field.Invalid(fld.Child("workerToken"), redacted,
+			"is not a k3s secure token (K10<sha256 of the server CA>::server:<password>, as in /var/lib/rancher/k3s/server/token), which lets the node verify the server: copy it from a server, or leave it empty to use the cluster's token"))
 	}
 	errs = append(errs, validateSecretRef(fld.Child("workerTokenSecretRef"), s.WorkerTokenSecretRef)...)
 	return errs

@@ -1,0 +1,325 @@
+package kairosconfig
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/bootstrap/clustersecret"
+	"github.com/kairos-capi/kairos-capi/bootstrap/internal/userdata"
+	"github.com/kairos-capi/kairos-capi/common/render"
+	"github.com/kairos-capi/kairos-capi/common/token"
+)
+
+// TokenIDAnnotation on a bootstrap data Secret names the generated bootstrap token inside the
+// data, so that the token can be kept alive until the node has joined. The id is the public
+// half of the token.
+const TokenIDAnnotation = "bootstrap.cluster.x-k8s.io/kairos-token-id"
+
+// reconcileExistingData finds bootstrap data that already exists. The data is write-once:
+// a node may already have consumed it, so it is never rendered again.
+func (r *Reconciler) reconcileExistingData(ctx context.Context, s *scope) (ctrl.Result, error) {
+	key := client.ObjectKey{Namespace: s.config.Namespace, Name: s.config.Name}
+	secret := &corev1.Secret{}
+	err := r.Client.Get(ctx, key, secret)
+	if apierrors.IsNotFound(err) {
+		// The cache may not have caught up with a Secret created moments ago.
+		err = r.APIReader.Get(ctx, key, secret)
+	}
+	switch {
+	case err == nil:
+		if err := r.adoptDataSecret(ctx, s, secret); err != nil {
+			return ctrl.Result{}, err
+		}
+		s.dataSecretName = secret.Name
+		s.done()
+		return r.refreshJoinToken(ctx, s, secret)
+	case !apierrors.IsNotFound(err):
+		return ctrl.Result{}, fmt.Errorf("reading bootstrap data Secret: %w", err)
+	}
+
+	// Status does not survive clusterctl move or a backup restore, but the Machine still
+	// names the data its node consumed: trust it rather than rendering new data.
+	if name := s.owner.dataSecretName(); name != "" {
+		s.dataSecretName = name
+		s.done()
+		return ctrl.Result{}, nil
+	}
+	if ptr.Deref(s.config.Status.Initialization.DataSecretCreated, false) {
+		s.wait(bootstrapv1.DataSecretCreationFailedReason,
+			"bootstrap data Secret %s was deleted after it was created; it is not rendered again because the node may already use it: delete the %s to replace the node",
+			key.Name, s.owner.kind())
+	}
+	return ctrl.Result{}, nil
+}
+
+// adoptDataSecret makes sure the data Secret is controlled by its KairosConfig; a restore from
+// backup can bring the Secret back without its owner reference.
+func (r *Reconciler) adoptDataSecret(ctx context.Context, s *scope, secret *corev1.Secret) error {
+	if metav1.IsControlledBy(secret, s.config) {
+		return nil
+	}
+	if owner := metav1.GetControllerOf(secret); owner != nil {
+		return fmt.Errorf("secret %s is controlled by %s %s, not by this KairosConfig: rename one of them", secret.Name, owner.Kind, owner.Name)
+	}
+	patch := client.MergeFrom(secret.DeepCopy())
+	secret.OwnerReferences = append(secret.OwnerReferences, *metav1.NewControllerRef(s.config, bootstrapv1.GroupVersion.WithKind("KairosConfig")))
+	if err := r.Client.Patch(ctx, secret, patch); err != nil {
+		return fmt.Errorf("adopting bootstrap data Secret %s: %w", secret.Name, err)
+	}
+	return nil
+}
+
+// refreshJoinToken keeps a generated k0s token valid while its node has not joined yet; once
+// it has, the token is left to expire.
+func (r *Reconciler) refreshJoinToken(ctx context.Context, s *scope, secret *corev1.Secret) (ctrl.Result, error) {
+	id := secret.Annotations[TokenIDAnnotation]
+	if id == "" || !s.owner.needsJoinToken() {
+		return ctrl.Result{}, nil
+	}
+	log := ctrl.LoggerFrom(ctx)
+	if err := r.Tokens.Refresh(ctx, s.clusterKey(), id, r.tokenExpiry()); err != nil {
+		if apierrors.IsNotFound(err) {
+			log.Info("Join token no longer exists in the workload cluster; the node cannot join with this data and needs replacing", "tokenID", id)
+			return ctrl.Result{}, nil
+		}
+		log.Info("Could not refresh the join token, retrying", "tokenID", id, "reason", err.Error())
+		return ctrl.Result{RequeueAfter: waitRequeue}, nil
+	}
+	log.V(4).Info("Refreshed join token", "tokenID", id)
+	return ctrl.Result{RequeueAfter: r.tokenRefreshInterval()}, nil
+}
+
+// reconcilePrerequisites waits for what every node needs: provisioned cluster infrastructure
+// (infrastructure machines usually wait for bootstrap data, so the Cluster's is the one that
+// matters), the control-plane endpoint the node will be told about, and a version.
+func (r *Reconciler) reconcilePrerequisites(_ context.Context, s *scope) (ctrl.Result, error) {
+	c := s.cluster
+	if !ptr.Deref(c.Status.Initialization.InfrastructureProvisioned, false) {
+		s.wait(bootstrapv1.WaitingForClusterInfrastructureReason, "Cluster %s infrastructure is not provisioned yet", c.Name)
+		return ctrl.Result{}, nil
+	}
+	if !c.Spec.ControlPlaneEndpoint.IsValid() {
+		s.wait(bootstrapv1.WaitingForControlPlaneEndpointReason, "Cluster %s has no spec.controlPlaneEndpoint yet", c.Name)
+		return ctrl.Result{}, nil
+	}
+
+	version, ownerVersion := s.config.Spec.KubernetesVersion, s.owner.version()
+	switch {
+	case version == "" && ownerVersion == "":
+		s.wait(bootstrapv1.WaitingForKubernetesVersionReason, "set spec.kubernetesVersion, or spec.version of %s %s", s.owner.kind(), s.owner.object().GetName())
+		return ctrl.Result{}, nil
+	case version == "":
+		version = ownerVersion
+	case ownerVersion != "" && !sameVersion(version, ownerVersion):
+		s.wait(bootstrapv1.InvalidConfigurationReason, "spec.kubernetesVersion %s differs from %s %s spec.version %s: make them equal or leave spec.kubernetesVersion empty",
+			version, s.owner.kind(), s.owner.object().GetName(), ownerVersion)
+		return ctrl.Result{}, nil
+	}
+	if s.config.Spec.Role == bootstrapv1.RoleControlPlane && s.owner.pool != nil {
+		s.wait(bootstrapv1.InvalidConfigurationReason, "MachinePools cannot run control-plane nodes: use role worker, or a KairosControlPlane for the control plane")
+		return ctrl.Result{}, nil
+	}
+
+	s.inputs.ClusterName = c.Name
+	s.inputs.Endpoint = render.Endpoint{Host: c.Spec.ControlPlaneEndpoint.Host, Port: c.Spec.ControlPlaneEndpoint.Port}
+	s.inputs.KubernetesVersion = version
+	return ctrl.Result{}, nil
+}
+
+// sameVersion compares versions ignoring distribution build metadata (v1.31.2+k3s1 is v1.31.2).
+func sameVersion(a, b string) bool {
+	trim := func(v string) string { v, _, _ = strings.Cut(v, "+"); return v }
+	return trim(a) == trim(b)
+}
+
+// reconcileReferencedSecrets reads every Secret the spec references. Users' Secrets carry no
+// cluster label, so they are read uncached and polled while missing.
+func (r *Reconciler) reconcileReferencedSecrets(ctx context.Context, s *scope) (ctrl.Result, error) {
+	s.inputs.Secrets = map[userdata.Ref]string{}
+	for _, ref := range userdata.References(&s.config.Spec) {
+		secret := &corev1.Secret{}
+		err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.config.Namespace, Name: ref.Name}, secret)
+		if apierrors.IsNotFound(err) {
+			s.wait(bootstrapv1.WaitingForReferencedSecretReason, "Secret %s referenced by the spec does not exist", ref.Name)
+			return ctrl.Result{RequeueAfter: waitRequeue}, nil
+		}
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("reading Secret %s: %w", ref.Name, err)
+		}
+		v, ok := secret.Data[ref.Key]
+		if !ok {
+			s.wait(bootstrapv1.WaitingForReferencedSecretReason, "Secret %s referenced by the spec has no key %q", ref.Name, ref.Key)
+			return ctrl.Result{RequeueAfter: waitRequeue}, nil
+		}
+		s.inputs.Secrets[ref] = string(v)
+	}
+	return ctrl.Result{}, nil
+}
+
+// reconcileCredentials gathers the certificates and join token the node's role needs.
+func (r *Reconciler) reconcileCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
+	initialized := ptr.Deref(s.cluster.Status.Initialization.ControlPlaneInitialized, false)
+	isControlPlane := s.config.Spec.Role == bootstrapv1.RoleControlPlane
+	switch {
+	case isControlPlane && !initialized:
+		return r.reconcileInitCredentials(ctx, s)
+	case !initialized:
+		s.wait(bootstrapv1.WaitingForControlPlaneInitializedReason, "waiting for the control plane of Cluster %s to be initialized", s.cluster.Name)
+		return ctrl.Result{}, nil
+	}
+	if err := r.initLock.Release(ctx, s.cluster); err != nil {
+		return ctrl.Result{}, err
+	}
+	if isControlPlane {
+		return r.reconcileControlPlaneJoinCredentials(ctx, s)
+	}
+	return r.reconcileWorkerJoinCredentials(ctx, s)
+}
+
+// reconcileInitCredentials lets exactly one control-plane Machine create the cluster, with
+// cluster certificates created here when no control-plane provider created them first.
+func (r *Reconciler) reconcileInitCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
+	acquired, err := r.initLock.Acquire(ctx, s.cluster, s.owner.machine.Name)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if !acquired {
+		holder, err := r.initLock.Holder(ctx, s.cluster)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		s.wait(bootstrapv1.WaitingForInitLockReason, "Machine %s is initializing Cluster %s; this node joins once the control plane is initialized", holder, s.cluster.Name)
+		return ctrl.Result{RequeueAfter: waitRequeue}, nil
+	}
+
+	owner := *metav1.NewControllerRef(s.config, bootstrapv1.GroupVersion.WithKind("KairosConfig"))
+	pki, err := clustersecret.LookupOrGeneratePKI(ctx, r.Client, s.clusterKey(), owner)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("looking up or generating cluster certificates: %w", err)
+	}
+	s.inputs.PKI, s.inputs.Init = pki, true
+	if s.config.Spec.Distribution == bootstrapv1.DistributionK3s {
+		t, err := clustersecret.LookupOrGenerateK3sToken(ctx, r.Client, s.clusterKey(), pki.ClusterCA.Cert, owner)
+		if err != nil {
+			return ctrl.Result{}, fmt.Errorf("looking up or generating the k3s token: %w", err)
+		}
+		s.inputs.JoinToken = t
+	}
+	return ctrl.Result{}, nil
+}
+
+func (r *Reconciler) reconcileControlPlaneJoinCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
+	pki, err := clustersecret.LookupPKI(ctx, r.Client, s.clusterKey())
+	if clustersecret.IsMissing(err) {
+		s.wait(bootstrapv1.WaitingForClusterCertificatesReason, "%v", err)
+		return ctrl.Result{RequeueAfter: waitRequeue}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s.inputs.PKI = pki
+	if s.config.Spec.Distribution == bootstrapv1.DistributionK3s {
+		return r.lookupK3sToken(ctx, s)
+	}
+	return r.createK0sJoinToken(ctx, s, token.K0sControllerToken, pki.ClusterCA.Cert)
+}
+
+func (r *Reconciler) reconcileWorkerJoinCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if t, ok := userdata.WorkerTokenOverride(&s.config.Spec, s.inputs.Secrets); ok {
+		s.inputs.JoinToken = t
+		return ctrl.Result{}, nil
+	}
+	if s.config.Spec.Distribution == bootstrapv1.DistributionK3s {
+		return r.lookupK3sToken(ctx, s)
+	}
+	ca, err := clustersecret.CACertificate(ctx, r.Client, s.clusterKey())
+	if clustersecret.IsMissing(err) {
+		s.wait(bootstrapv1.WaitingForClusterCertificatesReason, "%v", err)
+		return ctrl.Result{RequeueAfter: waitRequeue}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	return r.createK0sJoinToken(ctx, s, token.K0sWorkerToken, ca)
+}
+
+func (r *Reconciler) lookupK3sToken(ctx context.Context, s *scope) (ctrl.Result, error) {
+	t, err := clustersecret.LookupK3sToken(ctx, r.Client, s.clusterKey())
+	if clustersecret.IsMissing(err) {
+		s.wait(bootstrapv1.WaitingForJoinTokenReason, "%v", err)
+		return ctrl.Result{RequeueAfter: waitRequeue}, nil
+	}
+	s.inputs.JoinToken = t
+	return ctrl.Result{}, err
+}
+
+// createK0sJoinToken registers a fresh bootstrap token in the workload cluster and wraps it in
+// a k0s join token pointing at the endpoint.
+func (r *Reconciler) createK0sJoinToken(ctx context.Context, s *scope, role token.K0sTokenRole, caCert []byte) (ctrl.Result, error) {
+	t, err := token.NewBootstrapToken()
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if err := r.Tokens.Create(ctx, s.clusterKey(), t, role, r.tokenExpiry()); err != nil {
+		s.wait(bootstrapv1.WaitingForJoinTokenReason, "%s", describeTokenErr(err))
+		return ctrl.Result{RequeueAfter: waitRequeue}, nil
+	}
+	server, err := token.K0sJoinURL(role, s.inputs.Endpoint.Host, s.inputs.Endpoint.Port)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	joinToken, err := token.NewK0sJoinToken(role, server, caCert, t)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s.inputs.JoinToken, s.tokenID = joinToken, t.ID
+	ctrl.LoggerFrom(ctx).Info("Created join token in the workload cluster", "role", role, "tokenID", t.ID)
+	return ctrl.Result{}, nil
+}
+
+// reconcileDataSecret renders the document and stores it, once.
+func (r *Reconciler) reconcileDataSecret(ctx context.Context, s *scope) (ctrl.Result, error) {
+	spec := s.config.Spec.DeepCopy()
+	spec.Default()
+	data, err := userdata.Render(spec, s.inputs)
+	if err != nil {
+		s.wait(bootstrapv1.InvalidConfigurationReason, "cannot render the bootstrap data: %v", err)
+		return ctrl.Result{}, nil
+	}
+
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{
+			Namespace:       s.config.Namespace,
+			Name:            s.config.Name,
+			Labels:          map[string]string{clusterv1.ClusterNameLabel: s.cluster.Name},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(s.config, bootstrapv1.GroupVersion.WithKind("KairosConfig"))},
+		},
+		Type: clusterv1.ClusterSecretType,
+		Data: map[string][]byte{"value": data},
+	}
+	if s.tokenID != "" {
+		secret.Annotations = map[string]string{TokenIDAnnotation: s.tokenID}
+	}
+	if err := r.Client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
+		s.wait(bootstrapv1.DataSecretCreationFailedReason, "creating the bootstrap data Secret failed, retrying")
+		return ctrl.Result{}, fmt.Errorf("creating bootstrap data Secret: %w", err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Created bootstrap data", "Secret", klog.KObj(secret), "init", s.inputs.Init)
+	s.dataSecretName = secret.Name
+	if s.tokenID != "" {
+		return ctrl.Result{RequeueAfter: r.tokenRefreshInterval()}, nil
+	}
+	return ctrl.Result{}, nil
+}

@@ -1,0 +1,332 @@
+// Package kairosconfig reconciles KairosConfigs: it waits until everything a node needs
+// exists, renders the node's Kairos document once, and stores it in the bootstrap data Secret
+// Cluster API hands to the infrastructure provider.
+package kairosconfig
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+	"sigs.k8s.io/controller-runtime/pkg/predicate"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/feature"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
+	"sigs.k8s.io/cluster-api/util/predicates"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/bootstrap/internal/initlock"
+	"github.com/kairos-capi/kairos-capi/bootstrap/internal/userdata"
+)
+
+// DefaultTokenTTL is how long a generated join token stays valid without a refresh.
+const DefaultTokenTTL = 15 * time.Minute
+
+// waitRequeue is how often waits that no watch covers (Secrets referenced by users, the
+// workload cluster becoming reachable) are retried.
+const waitRequeue = 10 * time.Second
+
+// +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigs;kairosconfigs/status;kairosconfigs/finalizers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;clusters/status;machines;machines/status;machinepools;machinepools/status,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;delete
+
+// Reconciler reconciles KairosConfigs.
+type Reconciler struct {
+	// Client reads through the manager's cache (Secrets only when they carry the cluster-name label).
+	Client client.Client
+	// APIReader reads uncached: Secrets referenced by users and the init lock.
+	APIReader client.Reader
+	// ClusterCache reaches workload clusters; used unless Tokens is set.
+	ClusterCache clustercache.ClusterCache
+	// Tokens creates k0s bootstrap tokens in workload clusters. Defaults to ClusterCache.
+	Tokens WorkloadTokens
+	// WatchFilterValue restricts reconciliation to objects carrying this watch-filter label.
+	WatchFilterValue string
+	// TokenTTL is the lifetime of generated join tokens. Defaults to DefaultTokenTTL.
+	TokenTTL time.Duration
+
+	initLock *initlock.Lock
+}
+
+// scope holds what one reconciliation knows and observes. Phases record observations here;
+// updateStatus turns them into status in one place.
+type scope struct {
+	config  *bootstrapv1.KairosConfig
+	owner   *configOwner
+	cluster *clusterv1.Cluster
+
+	// inputs gathered by the phases, consumed by the render phase.
+	inputs userdata.Inputs
+
+	// tokenID names the bootstrap token generated for this node, if any.
+	tokenID string
+
+	// dataSecretName is set once the bootstrap data Secret is known to exist.
+	dataSecretName string
+	// waitReason and waitMessage say why there is no data yet; halted stops the phases.
+	waitReason, waitMessage string
+	halted                  bool
+}
+
+// wait records why rendering cannot proceed and stops the remaining phases.
+func (s *scope) wait(reason, format string, args ...any) {
+	s.waitReason, s.waitMessage, s.halted = reason, fmt.Sprintf(format, args...), true
+}
+
+// done stops the remaining phases without recording a wait.
+func (s *scope) done() { s.halted = true }
+
+func (s *scope) clusterKey() client.ObjectKey { return util.ObjectKey(s.cluster) }
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	if r.Client == nil || r.APIReader == nil || (r.ClusterCache == nil && r.Tokens == nil) {
+		return fmt.Errorf("kairosconfig reconciler needs Client, APIReader and ClusterCache or Tokens")
+	}
+	r.complete()
+
+	log := ctrl.LoggerFrom(ctx).WithValues("controller", "kairosconfig")
+	filter := builder.WithPredicates(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue))
+	b := ctrl.NewControllerManagedBy(mgr).
+		For(&bootstrapv1.KairosConfig{}, filter).
+		WithOptions(options).
+		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(machineToConfig), filter).
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToConfigs),
+			builder.WithPredicates(clusterChangedForBootstrap{}, predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue))).
+		// Data Secrets, cluster certificates and k3s tokens carry the cluster-name label, so the
+		// label-selected cache sees them. They carry no watch-filter label: the mapping filters
+		// the KairosConfigs instead.
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToConfigs))
+	if feature.Gates.Enabled(feature.MachinePool) {
+		b = b.Watches(&clusterv1.MachinePool{}, handler.EnqueueRequestsFromMapFunc(machinePoolToConfig), filter)
+	}
+	if r.ClusterCache != nil {
+		b = b.WatchesRawSource(r.ClusterCache.GetClusterSource("kairosconfig", r.clusterToConfigs))
+	}
+	if err := b.Complete(r); err != nil {
+		return fmt.Errorf("setting up the kairosconfig controller: %w", err)
+	}
+	return nil
+}
+
+// Reconcile brings one KairosConfig closer to having its bootstrap data.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	log := ctrl.LoggerFrom(ctx)
+
+	config := &bootstrapv1.KairosConfig{}
+	if err := r.Client.Get(ctx, req.NamespacedName, config); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	owner, err := getConfigOwner(ctx, r.Client, config)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return ctrl.Result{}, nil // the owner event brings us back
+		}
+		return ctrl.Result{}, err
+	}
+	if owner == nil {
+		return ctrl.Result{}, nil // Cluster API sets the owner reference; that event brings us back
+	}
+	log = log.WithValues(owner.kind(), klog.KObj(owner.object()), "Cluster", klog.KRef(config.Namespace, owner.clusterName()))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	cluster, err := util.GetClusterByName(ctx, r.Client, config.Namespace, owner.clusterName())
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			log.Info("Cluster does not exist yet, waiting until it is created")
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, fmt.Errorf("getting Cluster: %w", err)
+	}
+
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, config); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
+	}
+
+	patchHelper, err := patch.NewHelper(config, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s := &scope{config: config, owner: owner, cluster: cluster}
+	defer func() {
+		if err := updateStatus(s); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, err})
+		}
+		opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
+			clusterv1.PausedCondition,
+			bootstrapv1.ReadyCondition,
+			bootstrapv1.DataSecretAvailableCondition,
+		}}}
+		if reterr == nil {
+			opts = append(opts, patch.WithStatusObservedGeneration{})
+		}
+		if err := patchHelper.Patch(ctx, config, opts...); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, fmt.Errorf("patching KairosConfig: %w", err)})
+		}
+	}()
+
+	if !config.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil // the data Secret goes with its owner reference
+	}
+	return r.reconcileNormal(ctx, s)
+}
+
+type phase func(context.Context, *scope) (ctrl.Result, error)
+
+// reconcileNormal runs the phases in order until one fails, waits or finishes the work.
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
+	phases := []phase{
+		r.reconcileExistingData,
+		r.reconcilePrerequisites,
+		r.reconcileReferencedSecrets,
+		r.reconcileCredentials,
+		r.reconcileDataSecret,
+	}
+	var res ctrl.Result
+	for _, p := range phases {
+		phaseRes, err := p(ctx, s)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		res = util.LowestNonZeroResult(res, phaseRes)
+		if s.halted {
+			break
+		}
+	}
+	return res, nil
+}
+
+// updateStatus derives the whole status from what the phases observed.
+func updateStatus(s *scope) error {
+	c := s.config
+	if s.dataSecretName != "" {
+		c.Status.DataSecretName = s.dataSecretName
+		c.Status.Initialization.DataSecretCreated = ptr.To(true)
+		c.Status.Ready = true
+		conditions.Set(c, metav1.Condition{
+			Type:   bootstrapv1.DataSecretAvailableCondition,
+			Status: metav1.ConditionTrue,
+			Reason: bootstrapv1.DataSecretAvailableReason,
+		})
+	} else if s.waitReason != "" {
+		conditions.Set(c, metav1.Condition{
+			Type:    bootstrapv1.DataSecretAvailableCondition,
+			Status:  metav1.ConditionFalse,
+			Reason:  s.waitReason,
+			Message: s.waitMessage,
+		})
+	}
+	return conditions.SetSummaryCondition(c, c, bootstrapv1.ReadyCondition,
+		conditions.ForConditionTypes{bootstrapv1.DataSecretAvailableCondition},
+		conditions.CustomMergeStrategy{MergeStrategy: conditions.DefaultMergeStrategy(
+			conditions.ComputeReasonFunc(conditions.GetDefaultComputeMergeReasonFunc(
+				bootstrapv1.NotReadyReason, bootstrapv1.ReadyUnknownReason, bootstrapv1.ReadyReason)),
+		)},
+	)
+}
+
+func machineToConfig(_ context.Context, o client.Object) []ctrl.Request {
+	m, ok := o.(*clusterv1.Machine)
+	if !ok {
+		return nil
+	}
+	return configRequest(m.Namespace, m.Spec.Bootstrap.ConfigRef)
+}
+
+func machinePoolToConfig(_ context.Context, o client.Object) []ctrl.Request {
+	p, ok := o.(*clusterv1.MachinePool)
+	if !ok {
+		return nil
+	}
+	return configRequest(p.Namespace, p.Spec.Template.Spec.Bootstrap.ConfigRef)
+}
+
+func configRequest(namespace string, ref clusterv1.ContractVersionedObjectReference) []ctrl.Request {
+	if ref.APIGroup != bootstrapv1.GroupVersion.Group || ref.Kind != "KairosConfig" || ref.Name == "" {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: client.ObjectKey{Namespace: namespace, Name: ref.Name}}}
+}
+
+func (r *Reconciler) clusterToConfigs(ctx context.Context, o client.Object) []ctrl.Request {
+	configs := &bootstrapv1.KairosConfigList{}
+	if err := r.Client.List(ctx, configs, client.InNamespace(o.GetNamespace()),
+		client.MatchingLabels{clusterv1.ClusterNameLabel: o.GetName()}); err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Listing KairosConfigs of a Cluster", "Cluster", klog.KObj(o))
+		return nil
+	}
+	var reqs []ctrl.Request
+	for i := range configs.Items {
+		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&configs.Items[i])})
+	}
+	return reqs
+}
+
+// secretToConfigs wakes the KairosConfig controlling a bootstrap data Secret (so that its
+// deletion is reported), and the configs of a cluster still waiting for its certificates or
+// token when one of those appears.
+func (r *Reconciler) secretToConfigs(ctx context.Context, o client.Object) []ctrl.Request {
+	configs := &bootstrapv1.KairosConfigList{}
+	if owner := metav1.GetControllerOf(o); owner != nil && owner.Kind == "KairosConfig" {
+		config := &bootstrapv1.KairosConfig{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: o.GetNamespace(), Name: owner.Name}, config); err != nil {
+			return nil
+		}
+		configs.Items = append(configs.Items, *config)
+	} else if clusterName := o.GetLabels()[clusterv1.ClusterNameLabel]; clusterName != "" {
+		if err := r.Client.List(ctx, configs, client.InNamespace(o.GetNamespace()),
+			client.MatchingLabels{clusterv1.ClusterNameLabel: clusterName}); err != nil {
+			return nil
+		}
+		configs.Items = slices.DeleteFunc(configs.Items, func(c bootstrapv1.KairosConfig) bool {
+			return ptr.Deref(c.Status.Initialization.DataSecretCreated, false)
+		})
+	}
+	var reqs []ctrl.Request
+	for i := range configs.Items {
+		if r.WatchFilterValue == "" || configs.Items[i].Labels[clusterv1.WatchLabel] == r.WatchFilterValue {
+			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&configs.Items[i])})
+		}
+	}
+	return reqs
+}
+
+// clusterChangedForBootstrap passes Cluster updates that can unblock rendering: pause,
+// infrastructure, endpoint and control-plane initialization changes.
+type clusterChangedForBootstrap struct{ predicate.Funcs }
+
+func (clusterChangedForBootstrap) Update(e event.UpdateEvent) bool {
+	oldC, ok1 := e.ObjectOld.(*clusterv1.Cluster)
+	newC, ok2 := e.ObjectNew.(*clusterv1.Cluster)
+	if !ok1 || !ok2 {
+		return false
+	}
+	return ptr.Deref(oldC.Spec.Paused, false) != ptr.Deref(newC.Spec.Paused, false) ||
+		ptr.Deref(oldC.Status.Initialization.InfrastructureProvisioned, false) != ptr.Deref(newC.Status.Initialization.InfrastructureProvisioned, false) ||
+		ptr.Deref(oldC.Status.Initialization.ControlPlaneInitialized, false) != ptr.Deref(newC.Status.Initialization.ControlPlaneInitialized, false) ||
+		oldC.Spec.ControlPlaneEndpoint != newC.Spec.ControlPlaneEndpoint
+}
+
+func (clusterChangedForBootstrap) Create(event.CreateEvent) bool   { return true }
+func (clusterChangedForBootstrap) Delete(event.DeleteEvent) bool   { return false }
+func (clusterChangedForBootstrap) Generic(event.GenericEvent) bool { return false }

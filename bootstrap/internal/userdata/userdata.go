@@ -1,0 +1,179 @@
+// Package userdata turns a KairosConfig spec plus what the cluster provides (endpoint, PKI,
+// join token, referenced Secret contents) into the Kairos document a node receives. The
+// reconciler and the offline preview command both go through it, so a preview shows exactly
+// what the controller writes.
+package userdata
+
+import (
+	"fmt"
+	"strconv"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/common/merge"
+	"github.com/kairos-capi/kairos-capi/common/render"
+)
+
+// Ref identifies one key of a Secret in the KairosConfig's namespace.
+type Ref struct{ Name, Key string }
+
+func (r Ref) String() string { return r.Name + "/" + r.Key }
+
+// RefOf returns the Ref of a Secret reference, applying the default key.
+func RefOf(r *bootstrapv1.SecretKeyReference) Ref {
+	key := r.Key
+	if key == "" {
+		key = bootstrapv1.DefaultSecretKey
+	}
+	return Ref{Name: r.Name, Key: key}
+}
+
+// Inputs is everything rendering needs besides the spec.
+type Inputs struct {
+	ClusterName       string
+	Endpoint          render.Endpoint
+	KubernetesVersion string
+	// Init is true for the control-plane node that creates the cluster.
+	Init bool
+	// PKI is required by control-plane nodes.
+	PKI *render.PKI
+	// JoinToken is the k0s join token or k3s cluster token the node uses.
+	JoinToken string
+	// Secrets holds the content of every Ref that References returns.
+	Secrets map[Ref]string
+}
+
+// References lists the Secret references of a spec, without duplicates, in spec order.
+func References(spec *bootstrapv1.KairosConfigSpec) []Ref {
+	var refs []Ref
+	seen := map[Ref]bool{}
+	add := func(r *bootstrapv1.SecretKeyReference) {
+		if r == nil {
+			return
+		}
+		ref := RefOf(r)
+		if !seen[ref] {
+			seen[ref] = true
+			refs = append(refs, ref)
+		}
+	}
+	add(spec.UserPasswordSecretRef)
+	add(spec.WorkerTokenSecretRef)
+	for i := range spec.Files {
+		add(spec.Files[i].ContentFrom)
+	}
+	for i := range spec.Manifests {
+		add(spec.Manifests[i].ContentFrom)
+	}
+	for i := range spec.CloudConfigFragments {
+		add(spec.CloudConfigFragments[i].ContentFrom)
+	}
+	return refs
+}
+
+// WorkerTokenOverride returns the join token the user supplied instead of a generated one.
+func WorkerTokenOverride(spec *bootstrapv1.KairosConfigSpec, secrets map[Ref]string) (string, bool) {
+	switch {
+	case spec.WorkerToken != "":
+		return spec.WorkerToken, true
+	case spec.WorkerTokenSecretRef != nil:
+		return secrets[RefOf(spec.WorkerTokenSecretRef)], true
+	}
+	return "", false
+}
+
+// Render returns the bootstrap data of a defaulted spec.
+func Render(spec *bootstrapv1.KairosConfigSpec, in Inputs) ([]byte, error) {
+	node, fragments, err := Node(spec, in)
+	if err != nil {
+		return nil, err
+	}
+	return render.Document(node, fragments...)
+}
+
+// Node maps a defaulted spec and its inputs onto the renderer's model.
+func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.Fragment, error) {
+	content := func(inline string, from *bootstrapv1.SecretKeyReference) (string, error) {
+		if from == nil {
+			return inline, nil
+		}
+		v, ok := in.Secrets[RefOf(from)]
+		if !ok {
+			return "", fmt.Errorf("the content of Secret key %s was not provided", RefOf(from))
+		}
+		return v, nil
+	}
+
+	password, err := content(spec.UserPassword, spec.UserPasswordSecretRef)
+	if err != nil {
+		return render.Node{}, nil, err
+	}
+	user := render.User{Name: spec.UserName, Password: password, Groups: spec.UserGroups}
+	if spec.GithubUser != "" {
+		user.SSHAuthorizedKeys = append(user.SSHAuthorizedKeys, "github:"+spec.GithubUser)
+	}
+	if spec.SSHPublicKey != "" {
+		user.SSHAuthorizedKeys = append(user.SSHAuthorizedKeys, spec.SSHPublicKey)
+	}
+
+	node := render.Node{
+		Distribution:      render.Distribution(spec.Distribution),
+		Role:              render.Role(spec.Role),
+		Init:              in.Init,
+		SingleNode:        spec.SingleNode,
+		KubernetesVersion: in.KubernetesVersion,
+		ClusterName:       in.ClusterName,
+		Endpoint:          in.Endpoint,
+		Hostname:          spec.Hostname,
+		HostnamePrefix:    spec.HostnamePrefix,
+		Users:             []render.User{user},
+		PreCommands:       spec.PreCommands,
+		PostCommands:      spec.PostCommands,
+		PKI:               in.PKI,
+		JoinToken:         in.JoinToken,
+	}
+	if spec.Install != nil {
+		node.Install = &render.Install{
+			Auto:     spec.Install.Auto == nil || *spec.Install.Auto,
+			Device:   spec.Install.Device,
+			Reboot:   spec.Install.Reboot,
+			Poweroff: spec.Install.Poweroff,
+		}
+	}
+	for _, f := range spec.Files {
+		c, err := content(f.Content, f.ContentFrom)
+		if err != nil {
+			return render.Node{}, nil, fmt.Errorf("file %s: %w", f.Path, err)
+		}
+		var perm uint64
+		if f.Permissions != "" {
+			if perm, err = strconv.ParseUint(f.Permissions, 8, 32); err != nil {
+				return render.Node{}, nil, fmt.Errorf("file %s: permissions %q are not octal", f.Path, f.Permissions)
+			}
+		}
+		node.Files = append(node.Files, render.File{Path: f.Path, Content: c, Owner: f.Owner, Permissions: uint32(perm)})
+	}
+	for _, m := range spec.Manifests {
+		c, err := content(m.Content, m.ContentFrom)
+		if err != nil {
+			return render.Node{}, nil, fmt.Errorf("manifest %s: %w", m.Name, err)
+		}
+		node.Manifests = append(node.Manifests, render.Manifest{Name: m.Name, Content: c})
+	}
+	opts := spec.K0s
+	if spec.Distribution == bootstrapv1.DistributionK3s {
+		opts = spec.K3s
+	}
+	if opts != nil {
+		node.Args, node.Env, node.Config = opts.Args, opts.Env, opts.Config
+	}
+
+	fragments := make([]merge.Fragment, 0, len(spec.CloudConfigFragments))
+	for _, f := range spec.CloudConfigFragments {
+		c, err := content(f.Content, f.ContentFrom)
+		if err != nil {
+			return render.Node{}, nil, fmt.Errorf("cloud-config fragment %s: %w", f.Name, err)
+		}
+		fragments = append(fragments, merge.Fragment{Name: f.Name, Position: merge.Position(f.Position), Content: []byte(c)})
+	}
+	return node, fragments, nil
+}

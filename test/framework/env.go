@@ -1,0 +1,217 @@
+// Package framework starts the real API servers the integration tests run against: a
+// management cluster with Cluster API's and our CRDs and webhooks, and bare workload clusters.
+// It builds the envtest binaries from source when they are not there yet, so `go test` works on
+// a machine with only Go.
+package framework
+
+import (
+	"bytes"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// RepoRoot returns the repository root (the directory holding go.work).
+func RepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.work")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("go.work not found above the working directory")
+		}
+		dir = parent
+	}
+}
+
+var assets = sync.OnceValues(func() (string, error) {
+	if dir := os.Getenv("KUBEBUILDER_ASSETS"); dir != "" {
+		return dir, nil
+	}
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	// The same builder `make envtest-assets` runs; it prints the cached folder.
+	cmd := exec.Command(filepath.Join(root, "hack", "envtest-assets.sh"))
+	cmd.Stderr = os.Stderr
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("building envtest assets: %w", err)
+	}
+	return strings.TrimSpace(string(out)), nil
+})
+
+// Assets returns the folder holding kube-apiserver and etcd.
+func Assets() (string, error) { return assets() }
+
+// moduleDir returns the module cache folder of a dependency of the test module.
+func moduleDir(module string) (string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", module)
+	cmd.Dir = filepath.Join(root, "test")
+	out, err := cmd.Output()
+	if err != nil {
+		return "", fmt.Errorf("locating module %s: %w", module, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+}
+
+// LoadCRDs reads the CustomResourceDefinitions of YAML files and adds the Cluster API contract
+// labels clusterctl would add (every served version maps to the contract of the same name).
+func LoadCRDs(files ...string) ([]*apiextensionsv1.CustomResourceDefinition, error) {
+	var crds []*apiextensionsv1.CustomResourceDefinition
+	for _, f := range files {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+		for {
+			crd := &apiextensionsv1.CustomResourceDefinition{}
+			if err := dec.Decode(crd); err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				return nil, fmt.Errorf("%s: %w", f, err)
+			}
+			if crd.Name == "" {
+				continue
+			}
+			if crd.Labels == nil {
+				crd.Labels = map[string]string{}
+			}
+			for _, v := range crd.Spec.Versions {
+				if v.Served && strings.HasPrefix(v.Name, "v1beta") {
+					crd.Labels["cluster.x-k8s.io/"+v.Name] = v.Name
+				}
+			}
+			crds = append(crds, crd)
+		}
+	}
+	return crds, nil
+}
+
+// CAPICRDFiles returns Cluster API's core CRD files from the cluster-api module.
+func CAPICRDFiles() ([]string, error) {
+	dir, err := moduleDir("sigs.k8s.io/cluster-api")
+	if err != nil {
+		return nil, err
+	}
+	return filepath.Glob(filepath.Join(dir, "core", "config", "crd", "bases", "*.yaml"))
+}
+
+// ProjectCRDFiles returns our CRD files of the given providers ("bootstrap", "controlplane").
+func ProjectCRDFiles(providers ...string) ([]string, error) {
+	root, err := RepoRoot()
+	if err != nil {
+		return nil, err
+	}
+	var files []string
+	for _, p := range providers {
+		f, err := filepath.Glob(filepath.Join(root, p, "config", "crd", "bases", "*.yaml"))
+		if err != nil {
+			return nil, err
+		}
+		if len(f) == 0 {
+			return nil, fmt.Errorf("no CRDs under %s/config/crd/bases", p)
+		}
+		files = append(files, f...)
+	}
+	return files, nil
+}
+
+// Environment is a started API server.
+type Environment struct {
+	*envtest.Environment
+	Config *rest.Config
+	Client client.Client
+}
+
+// Options configure a management environment.
+type Options struct {
+	// CRDs to install.
+	CRDs []*apiextensionsv1.CustomResourceDefinition
+	// WebhookDirs hold controller-gen webhook manifests to install, served locally.
+	WebhookDirs []string
+	// Scheme of the returned client.
+	Scheme *runtime.Scheme
+}
+
+// Start starts an API server (and etcd) with the given CRDs and webhooks.
+func Start(o Options) (*Environment, error) {
+	dir, err := Assets()
+	if err != nil {
+		return nil, err
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: dir,
+		CRDs:                  o.CRDs,
+		ErrorIfCRDPathMissing: true,
+		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: o.WebhookDirs},
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting envtest: %w", err)
+	}
+	scheme := o.Scheme
+	if scheme == nil {
+		scheme = runtime.NewScheme()
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		_ = env.Stop()
+		return nil, err
+	}
+	return &Environment{Environment: env, Config: cfg, Client: c}, nil
+}
+
+// WaitForWebhooks blocks until the local webhook server accepts TLS connections.
+func (e *Environment) WaitForWebhooks(timeout time.Duration) error {
+	o := e.WebhookInstallOptions
+	addr := net.JoinHostPort(o.LocalServingHost, strconv.Itoa(o.LocalServingPort))
+	deadline := time.Now().Add(timeout)
+	for {
+		conn, err := tls.DialWithDialer(&net.Dialer{Timeout: time.Second}, "tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // readiness probe only
+		if err == nil {
+			return conn.Close()
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("webhook server at %s not ready: %w", addr, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// AdminKubeconfig returns a kubeconfig with cluster-admin rights on the environment.
+func (e *Environment) AdminKubeconfig() ([]byte, error) {
+	user, err := e.AddUser(envtest.User{Name: "kairos-capi-admin", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return nil, err
+	}
+	return user.KubeConfig()
+}
