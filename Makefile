@@ -40,7 +40,7 @@ verify: generate ## Check generated files are up to date, gofmt and go vet on ev
 		git status --porcelain -- '*zz_generated*' '*/config/*'; git diff -- '*zz_generated*' '*/config/*' | head -100; \
 		echo "generated files are out of date: run 'make generate' and commit the result"; exit 1; fi
 	@bad=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$bad" ]; then echo "gofmt needed: $$bad"; exit 1; fi
-	@for m in $(MODULES); do echo "go vet ./$$m/..."; (cd $$m && go vet ./...); done
+	@for m in $(MODULES); do echo "go vet ./$$m/..."; (cd $$m && go vet ./...) || exit 1; done
 
 .PHONY: build
 build: ## Build the manager binaries into bin/.
@@ -55,7 +55,7 @@ envtest-assets: ## Build kube-apiserver and etcd from source (cached per version
 .PHONY: test
 test: verify ## Run every test of every module (builds the envtest assets first when needed).
 	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; \
-	for m in $(MODULES); do echo "== go test ./$$m/..."; (cd $$m && go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...); done
+	for m in $(MODULES); do echo "== go test ./$$m/..."; (cd $$m && go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...) || exit 1; done
 
 .PHONY: bench
 bench: ## Run the benchmarks.

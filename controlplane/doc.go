@@ -1,0 +1,2 @@
+// Package controlplane will hold the Kairos control-plane provider.
+package controlplane

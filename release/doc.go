@@ -1,0 +1,2 @@
+// Package release will build each provider's clusterctl repository.
+package release
