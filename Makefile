@@ -29,6 +29,10 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy, CRDs, RBAC and webhook manifes
 	cd bootstrap/api && $(CONTROLLER_GEN) crd paths=./... output:crd:dir=$(ROOT)/bootstrap/config/crd/bases
 	cd bootstrap && $(CONTROLLER_GEN) rbac:roleName=manager-role webhook paths=./... \
 		output:rbac:dir=$(ROOT)/bootstrap/config/rbac output:webhook:dir=$(ROOT)/bootstrap/config/webhook
+	cd controlplane/api && $(CONTROLLER_GEN) object paths=./...
+	cd controlplane/api && $(CONTROLLER_GEN) crd paths=./... output:crd:dir=$(ROOT)/controlplane/config/crd/bases
+	cd controlplane && $(CONTROLLER_GEN) rbac:roleName=manager-role webhook paths=./... \
+		output:rbac:dir=$(ROOT)/controlplane/config/rbac output:webhook:dir=$(ROOT)/controlplane/config/webhook
 
 .PHONY: fmt
 fmt: ## gofmt every module.
@@ -45,6 +49,7 @@ verify: generate ## Check generated files are up to date, gofmt and go vet on ev
 .PHONY: build
 build: ## Build the manager binaries into bin/.
 	cd bootstrap && go build -o $(BIN)/kairos-bootstrap-manager .
+	cd controlplane && go build -o $(BIN)/kairos-controlplane-manager .
 
 ##@ Testing
 

@@ -1,0 +1,52 @@
+package v1beta2
+
+import (
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+)
+
+// Default fills the defaults of a KairosControlPlaneSpec. The embedded KairosConfigSpec is
+// left as written: the controller derives each Machine's KairosConfig from it (see
+// MachineKairosConfigSpec), and defaults are applied there, on both sides of every comparison.
+func (s *KairosControlPlaneSpec) Default() {
+	if s.Replicas == nil {
+		r := DefaultReplicas
+		s.Replicas = &r
+	}
+	if s.Distribution == "" {
+		s.Distribution = bootstrapv1.DistributionK0s
+	}
+	s.Rollout.defaultStrategy()
+}
+
+// Default fills the defaults of a template's spec.
+func (s *KairosControlPlaneTemplateResourceSpec) Default() {
+	if s.Distribution == "" {
+		s.Distribution = bootstrapv1.DistributionK0s
+	}
+	s.Rollout.defaultStrategy()
+}
+
+func (r *KairosControlPlaneRolloutSpec) defaultStrategy() {
+	if r.Strategy.Type == "" {
+		r.Strategy.Type = RollingUpdateStrategyType
+	}
+	if r.Strategy.RollingUpdate.MaxSurge == nil {
+		surge := intstr.FromInt32(DefaultMaxSurge)
+		r.Strategy.RollingUpdate.MaxSurge = &surge
+	}
+}
+
+// MachineKairosConfigSpec returns the KairosConfig spec of a control-plane Machine built from
+// base (the inline kairosConfigSpec or the referenced template's spec): the provider owns
+// role, distribution and single-node mode, and defaults are applied so that specs compare
+// equal across provider versions that only add defaults.
+func MachineKairosConfigSpec(base *bootstrapv1.KairosConfigSpec, distribution bootstrapv1.Distribution, singleNode bool) *bootstrapv1.KairosConfigSpec {
+	spec := base.DeepCopy()
+	spec.Role = bootstrapv1.RoleControlPlane
+	spec.Distribution = distribution
+	spec.SingleNode = singleNode
+	spec.Default()
+	return spec
+}

@@ -1,0 +1,165 @@
+package v1beta2
+
+import (
+	"fmt"
+	"reflect"
+	"regexp"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+)
+
+var versionPattern = regexp.MustCompile(`^v(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
+
+// Version is a parsed v-prefixed semantic version; pre-release and build parts are ignored
+// for ordering.
+type Version struct{ Major, Minor, Patch int }
+
+// ParseVersion parses v<major>.<minor>.<patch>[-pre][+build].
+func ParseVersion(v string) (Version, error) {
+	m := versionPattern.FindStringSubmatch(v)
+	if m == nil {
+		return Version{}, fmt.Errorf("%q is not a semantic version with a leading v, for example v1.31.2", v)
+	}
+	atoi := func(s string) int { n, _ := strconv.Atoi(s); return n }
+	return Version{atoi(m[1]), atoi(m[2]), atoi(m[3])}, nil
+}
+
+// Less orders versions by major, minor and patch.
+func (v Version) Less(o Version) bool {
+	if v.Major != o.Major {
+		return v.Major < o.Major
+	}
+	if v.Minor != o.Minor {
+		return v.Minor < o.Minor
+	}
+	return v.Patch < o.Patch
+}
+
+// Validate checks a defaulted KairosControlPlaneSpec.
+func (s *KairosControlPlaneSpec) Validate(fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.Replicas != nil && *s.Replicas < 1 {
+		errs = append(errs, field.Invalid(fld.Child("replicas"), *s.Replicas,
+			"must be at least 1: to remove the control plane, delete the Cluster"))
+	}
+	if _, err := ParseVersion(s.Version); err != nil {
+		errs = append(errs, field.Invalid(fld.Child("version"), s.Version, "must be a semantic version with a leading v, for example v1.31.2"))
+	}
+	ref := s.MachineTemplate.Spec.InfrastructureRef
+	if ref.Name == "" || ref.Kind == "" || ref.APIGroup == "" {
+		errs = append(errs, field.Required(fld.Child("machineTemplate", "spec", "infrastructureRef"),
+			"set apiGroup, kind and name of the infrastructure machine template to clone, for example apiGroup: infrastructure.cluster.x-k8s.io"))
+	}
+	errs = append(errs, s.MachineTemplate.ObjectMeta.Validate(fld.Child("machineTemplate", "metadata"))...)
+	errs = append(errs, validateShared(fld, s.Distribution, &s.KairosConfigSpec, s.KairosConfigTemplate, &s.Rollout, &s.MachineNaming, &s.Kubeconfig)...)
+
+	surge := s.Rollout.Strategy.RollingUpdate.MaxSurge
+	if surge != nil && surge.String() == "0" && s.Replicas != nil && *s.Replicas < 3 {
+		errs = append(errs, field.Forbidden(fld.Child("rollout", "strategy", "rollingUpdate", "maxSurge"),
+			fmt.Sprintf("maxSurge 0 removes a Machine before replacing it, which with %d replicas loses etcd quorum: use maxSurge 1 or at least 3 replicas", *s.Replicas)))
+	}
+	return errs
+}
+
+// Warnings returns admission warnings for a defaulted spec.
+func (s *KairosControlPlaneSpec) Warnings(fld *field.Path) []string {
+	var warnings []string
+	if s.Replicas != nil && *s.Replicas > 1 && *s.Replicas%2 == 0 {
+		warnings = append(warnings, fmt.Sprintf("%s: %d etcd members tolerate no more failures than %d: use an odd number such as %d",
+			fld.Child("replicas"), *s.Replicas, *s.Replicas-1, *s.Replicas+1))
+	}
+	if s.KairosConfigTemplate == nil {
+		cfg := MachineKairosConfigSpec(&s.KairosConfigSpec, s.Distribution, false)
+		warnings = append(warnings, cfg.Warnings(fld.Child("kairosConfigSpec"))...)
+	}
+	return warnings
+}
+
+// ValidateUpdate checks a change of a defaulted spec: the distribution is fixed, and the
+// version moves forward at most one minor at a time.
+func (s *KairosControlPlaneSpec) ValidateUpdate(old *KairosControlPlaneSpec, fld *field.Path) field.ErrorList {
+	errs := s.Validate(fld)
+	if old.Distribution != "" && s.Distribution != old.Distribution {
+		errs = append(errs, field.Forbidden(fld.Child("distribution"),
+			fmt.Sprintf("cannot change from %s to %s: a cluster cannot switch distribution in place; create a new cluster and move the workloads", old.Distribution, s.Distribution)))
+	}
+	oldV, err1 := ParseVersion(old.Version)
+	newV, err2 := ParseVersion(s.Version)
+	if err1 == nil && err2 == nil {
+		switch {
+		case newV.Less(oldV):
+			errs = append(errs, field.Forbidden(fld.Child("version"),
+				fmt.Sprintf("cannot go down from %s to %s: Kubernetes does not support downgrades; keep %s or move forward", old.Version, s.Version, old.Version)))
+		case newV.Major != oldV.Major || newV.Minor > oldV.Minor+1:
+			errs = append(errs, field.Forbidden(fld.Child("version"),
+				fmt.Sprintf("cannot skip a minor version (%s to %s): upgrade to v%d.%d.x first", old.Version, s.Version, oldV.Major, oldV.Minor+1)))
+		}
+	}
+	return errs
+}
+
+// Validate checks a defaulted template spec.
+func (s *KairosControlPlaneTemplateResourceSpec) Validate(fld *field.Path) field.ErrorList {
+	errs := s.MachineTemplate.ObjectMeta.Validate(fld.Child("machineTemplate", "metadata"))
+	return append(errs, validateShared(fld, s.Distribution, &s.KairosConfigSpec, s.KairosConfigTemplate, &s.Rollout, &s.MachineNaming, &s.Kubeconfig)...)
+}
+
+// validateShared checks the fields a KairosControlPlane and its template have in common.
+func validateShared(fld *field.Path, dist bootstrapv1.Distribution, cfg *bootstrapv1.KairosConfigSpec, tmpl *KairosConfigTemplateReference,
+	rollout *KairosControlPlaneRolloutSpec, naming *MachineNamingSpec, kubeconfig *KairosControlPlaneKubeconfigSpec) field.ErrorList {
+	var errs field.ErrorList
+	switch dist {
+	case bootstrapv1.DistributionK0s, bootstrapv1.DistributionK3s:
+	default:
+		errs = append(errs, field.NotSupported(fld.Child("distribution"), dist, []bootstrapv1.Distribution{bootstrapv1.DistributionK0s, bootstrapv1.DistributionK3s}))
+	}
+
+	cfgPath := fld.Child("kairosConfigSpec")
+	if tmpl != nil && !isZeroConfigSpec(cfg) {
+		errs = append(errs, field.Forbidden(cfgPath, "kairosConfigSpec and kairosConfigTemplate are mutually exclusive: keep one"))
+	}
+	if cfg.Role != "" && cfg.Role != bootstrapv1.RoleControlPlane {
+		errs = append(errs, field.Invalid(cfgPath.Child("role"), cfg.Role, "control-plane Machines have role control-plane: remove it"))
+	}
+	if cfg.Distribution != "" && cfg.Distribution != dist {
+		errs = append(errs, field.Invalid(cfgPath.Child("distribution"), cfg.Distribution,
+			fmt.Sprintf("differs from spec.distribution %s: remove it, the control plane sets it", dist)))
+	}
+	if cfg.SingleNode {
+		errs = append(errs, field.Forbidden(cfgPath.Child("singleNode"),
+			"the control plane sets single-node mode itself when replicas is 1: remove it"))
+	}
+	if cfg.KubernetesVersion != "" {
+		errs = append(errs, field.Forbidden(cfgPath.Child("kubernetesVersion"), "the control plane's spec.version applies: remove it"))
+	}
+	if tmpl == nil && (dist == bootstrapv1.DistributionK0s || dist == bootstrapv1.DistributionK3s) {
+		errs = append(errs, MachineKairosConfigSpec(cfg, dist, false).Validate(cfgPath)...)
+	}
+
+	if t := rollout.Strategy.Type; t != "" && t != RollingUpdateStrategyType {
+		errs = append(errs, field.NotSupported(fld.Child("rollout", "strategy", "type"), t, []RolloutStrategyType{RollingUpdateStrategyType}))
+	}
+	if surge := rollout.Strategy.RollingUpdate.MaxSurge; surge != nil {
+		if s := surge.String(); s != "0" && s != "1" {
+			errs = append(errs, field.Invalid(fld.Child("rollout", "strategy", "rollingUpdate", "maxSurge"), s,
+				"must be 0 or 1: control-plane Machines are replaced one at a time"))
+		}
+	}
+	if naming.Template != "" {
+		p := fld.Child("machineNaming", "template")
+		if !strings.Contains(naming.Template, "{{ .random }}") {
+			errs = append(errs, field.Invalid(p, naming.Template, "must contain {{ .random }} so that Machine names are unique"))
+		} else if _, err := template.New("name").Parse(naming.Template); err != nil {
+			errs = append(errs, field.Invalid(p, naming.Template, "is not a valid Go template: "+err.Error()))
+		}
+	}
+	errs = append(errs, kubeconfig.ObjectMeta.Validate(fld.Child("kubeconfig", "metadata"))...)
+	return errs
+}
+
+func isZeroConfigSpec(s *bootstrapv1.KairosConfigSpec) bool { return reflect.ValueOf(*s).IsZero() }
