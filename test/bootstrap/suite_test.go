@@ -23,6 +23,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/bootstrap/manager"
 	"github.com/kairos-capi/kairos-capi/bootstrap/setup"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 )
@@ -110,7 +111,7 @@ func startManager(ctx context.Context) error {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  setup.CacheOptions("", 10*time.Minute),
+		Cache:                  manager.CacheOptions("", 10*time.Minute),
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir,
 		}),
@@ -118,13 +119,8 @@ func startManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	opts := setup.Options{
-		WatchFilter:             watchFilter,
-		TokenTTL:                tokenTTL,
-		KairosConfigConcurrency: 4,
-		ClusterCacheConcurrency: 4,
-	}
-	if opts.ClusterCache, err = setup.NewClusterCache(ctx, mgr, opts); err != nil {
+	opts := setup.Options{WatchFilter: watchFilter, TokenTTL: tokenTTL, KairosConfigConcurrency: 4}
+	if opts.ClusterCache, err = manager.NewClusterCache(ctx, mgr, "bootstrap-suite", manager.ClusterCacheOptions{WatchFilter: watchFilter, Concurrency: 4}); err != nil {
 		return err
 	}
 	// Retry workload connections every few seconds instead of every 30s.

@@ -28,6 +28,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machine"
 
+	"github.com/kairos-capi/kairos-capi/bootstrap/manager"
 	"github.com/kairos-capi/kairos-capi/bootstrap/setup"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 )
@@ -79,14 +80,14 @@ func run() error {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  setup.CacheOptions("", 10*time.Minute),
+		Cache:                  manager.CacheOptions("", 10*time.Minute),
 		WebhookServer:          webhook.NewServer(webhook.Options{Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir}),
 	})
 	if err != nil {
 		return err
 	}
-	opts := setup.Options{TokenTTL: setup.DefaultTokenTTL, KairosConfigConcurrency: 2, ClusterCacheConcurrency: 2}
-	if opts.ClusterCache, err = setup.NewClusterCache(ctx, mgr, opts); err != nil {
+	opts := setup.Options{TokenTTL: setup.DefaultTokenTTL, KairosConfigConcurrency: 2}
+	if opts.ClusterCache, err = manager.NewClusterCache(ctx, mgr, "run-bootstrap", manager.ClusterCacheOptions{Concurrency: 2}); err != nil {
 		return err
 	}
 	if err := setup.Setup(ctx, mgr, opts); err != nil {

@@ -1,2 +1,0 @@
-// Package controlplane will hold the Kairos control-plane provider.
-package controlplane

@@ -1,0 +1,217 @@
+// Package kairoscontrolplane reconciles KairosControlPlanes: it owns the cluster certificates
+// and kubeconfig, creates one initializing Machine and then joining ones, scales and rolls
+// them out one at a time behind preflight checks, removes etcd members before Machines go,
+// and remediates Machines a MachineHealthCheck marks unhealthy.
+package kairoscontrolplane
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+	"sigs.k8s.io/controller-runtime/pkg/handler"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/collections"
+	"sigs.k8s.io/cluster-api/util/finalizers"
+	"sigs.k8s.io/cluster-api/util/patch"
+	"sigs.k8s.io/cluster-api/util/paused"
+	"sigs.k8s.io/cluster-api/util/predicates"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+)
+
+// Finalizer keeps a KairosControlPlane until its Machines are gone.
+const Finalizer = "kairos.controlplane.cluster.x-k8s.io"
+
+// requeueWhileBusy is how often a control plane is looked at while an operation whose end no
+// watch reports (a Machine going away, etcd members leaving) is in progress.
+const requeueWhileBusy = 5 * time.Second
+
+// +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=kairoscontrolplanes;kairoscontrolplanes/status;kairoscontrolplanes/finalizers,verbs=get;list;watch;update;patch
+// +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigs,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigtemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;clusters/status,verbs=get;list;watch
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines;machines/status,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machinepools,verbs=get;list;watch
+// +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=*,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+
+// Reconciler reconciles KairosControlPlanes.
+type Reconciler struct {
+	Client client.Client
+	// APIReader reads uncached, to confirm what the cache says is missing before creating it.
+	APIReader client.Reader
+	// ClusterCache reaches workload clusters (etcd membership).
+	ClusterCache clustercache.ClusterCache
+	// WatchFilterValue restricts reconciliation to objects carrying this watch-filter label.
+	WatchFilterValue string
+}
+
+// SetupWithManager registers the reconciler and its watches.
+func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
+	if r.Client == nil || r.APIReader == nil || r.ClusterCache == nil {
+		return fmt.Errorf("kairoscontrolplane reconciler needs Client, APIReader and ClusterCache")
+	}
+	log := ctrl.LoggerFrom(ctx).WithValues("controller", "kairoscontrolplane")
+	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)
+	err := ctrl.NewControllerManagedBy(mgr).
+		For(&controlplanev1.KairosControlPlane{}, builder.WithPredicates(filter)).
+		Owns(&clusterv1.Machine{}, builder.WithPredicates(filter)).
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(clusterToKairosControlPlane),
+			builder.WithPredicates(predicates.All(mgr.GetScheme(), log, predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log), filter))).
+		WatchesRawSource(r.ClusterCache.GetClusterSource("kairoscontrolplane", clusterToKairosControlPlane)).
+		WithOptions(options).
+		Complete(r)
+	if err != nil {
+		return fmt.Errorf("setting up the kairoscontrolplane controller: %w", err)
+	}
+	return nil
+}
+
+func clusterToKairosControlPlane(_ context.Context, o client.Object) []ctrl.Request {
+	c, ok := o.(*clusterv1.Cluster)
+	if !ok {
+		return nil
+	}
+	ref := c.Spec.ControlPlaneRef
+	if ref.APIGroup != controlplanev1.GroupVersion.Group || ref.Kind != "KairosControlPlane" {
+		return nil
+	}
+	return []ctrl.Request{{NamespacedName: client.ObjectKey{Namespace: c.Namespace, Name: ref.Name}}}
+}
+
+// Reconcile brings one KairosControlPlane closer to its spec.
+func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Result, reterr error) {
+	log := ctrl.LoggerFrom(ctx)
+	kcp := &controlplanev1.KairosControlPlane{}
+	if err := r.Client.Get(ctx, req.NamespacedName, kcp); err != nil {
+		return ctrl.Result{}, client.IgnoreNotFound(err)
+	}
+
+	cluster, err := util.GetOwnerCluster(ctx, r.Client, kcp.ObjectMeta)
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("getting the owner Cluster: %w", err)
+	}
+	if cluster == nil {
+		log.Info("Waiting for the Cluster controller to set the owner reference")
+		return ctrl.Result{}, nil
+	}
+	log = log.WithValues("Cluster", klog.KObj(cluster))
+	ctx = ctrl.LoggerInto(ctx, log)
+
+	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, kcp); err != nil || isPaused || requeue {
+		return ctrl.Result{}, err
+	}
+	if kcp.DeletionTimestamp.IsZero() {
+		if added, err := finalizers.EnsureFinalizer(ctx, r.Client, kcp, Finalizer); err != nil || added {
+			return ctrl.Result{}, err
+		}
+	}
+
+	patchHelper, err := patch.NewHelper(kcp, r.Client)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s, err := r.newScope(ctx, kcp, cluster)
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	defer func() {
+		updateStatus(ctx, s)
+		opts := []patch.Option{patch.WithOwnedConditions{Conditions: ownedConditions}}
+		if reterr == nil {
+			opts = append(opts, patch.WithStatusObservedGeneration{})
+		}
+		if err := patchHelper.Patch(ctx, kcp, opts...); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, fmt.Errorf("patching KairosControlPlane: %w", err)})
+		}
+	}()
+
+	if !kcp.DeletionTimestamp.IsZero() {
+		return r.reconcileDelete(ctx, s)
+	}
+	return r.reconcileNormal(ctx, s)
+}
+
+var ownedConditions = []string{
+	clusterv1.PausedCondition,
+	controlplanev1.AvailableCondition,
+	controlplanev1.InitializedCondition,
+	controlplanev1.CertificatesAvailableCondition,
+	controlplanev1.MachinesReadyCondition,
+	controlplanev1.MachinesUpToDateCondition,
+	controlplanev1.RollingOutCondition,
+	controlplanev1.ScalingUpCondition,
+	controlplanev1.ScalingDownCondition,
+	controlplanev1.RemediatingCondition,
+	controlplanev1.DeletingCondition,
+}
+
+// newScope gathers the control plane's Machines and their KairosConfigs.
+func (r *Reconciler) newScope(ctx context.Context, kcp *controlplanev1.KairosControlPlane, cluster *clusterv1.Cluster) (*scope, error) {
+	machines, err := collections.GetFilteredMachinesForCluster(ctx, r.Client, cluster,
+		collections.OwnedMachines(kcp, controlplanev1.GroupVersion.WithKind("KairosControlPlane").GroupKind()))
+	if err != nil {
+		return nil, fmt.Errorf("listing control-plane Machines: %w", err)
+	}
+	s := &scope{kcp: kcp, cluster: cluster, machines: machines, configs: map[string]*bootstrapv1.KairosConfig{}, reconcileTime: time.Now()}
+	for _, m := range machines {
+		ref := m.Spec.Bootstrap.ConfigRef
+		if ref.Kind != "KairosConfig" {
+			continue
+		}
+		config := &bootstrapv1.KairosConfig{}
+		if err := r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}, config); err != nil {
+			if apierrors.IsNotFound(err) {
+				continue
+			}
+			return nil, fmt.Errorf("reading KairosConfig of Machine %s: %w", m.Name, err)
+		}
+		s.configs[m.Name] = config
+	}
+	if err := r.loadBaseConfig(ctx, s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+type phase func(context.Context, *scope) (ctrl.Result, error)
+
+// reconcileNormal runs the phases in order until one fails or halts (it started an operation
+// or has to wait); requeue requests of the phases that ran are combined.
+func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
+	phases := []phase{
+		r.reconcileCertificates,
+		r.reconcilePrerequisites,
+		r.reconcileKubeconfig,
+		r.reconcileInitialized,
+		r.syncMachines,
+		r.reconcilePreTerminateHooks,
+		r.reconcileRemediation,
+		r.reconcileReplicas,
+	}
+	var res ctrl.Result
+	for _, p := range phases {
+		phaseRes, err := p(ctx, s)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		res = util.LowestNonZeroResult(res, phaseRes)
+		if s.halted {
+			break
+		}
+	}
+	return res, nil
+}

@@ -1,0 +1,166 @@
+package kairoscontrolplane
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/collections"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+)
+
+// scope is what one reconciliation knows about a control plane. Phases fill the observations;
+// updateStatus turns them into status in one place.
+type scope struct {
+	kcp     *controlplanev1.KairosControlPlane
+	cluster *clusterv1.Cluster
+
+	// machines are the control-plane Machines this KairosControlPlane owns.
+	machines collections.Machines
+	// configs are the KairosConfigs of those Machines, by Machine name.
+	configs map[string]*bootstrapv1.KairosConfig
+	// baseConfig is the KairosConfig spec the Machines are built from: the inline spec or the
+	// referenced template's; nil while the template cannot be read.
+	baseConfig *bootstrapv1.KairosConfigSpec
+
+	// reconcileTime is "now" for every time comparison of this reconciliation.
+	reconcileTime time.Time
+
+	// halted stops the remaining phases; waitMessage says what they wait for.
+	halted      bool
+	waitMessage string
+
+	// Observations for status.
+	certificatesErr     error
+	configTemplateErr   string
+	infraTemplateErr    string
+	preflightMessages   []string
+	remediationMessages []string
+	remediationReason   string
+	deletingReason      string
+	deletingMessage     string
+}
+
+// halt records what the control plane waits for and stops the remaining phases.
+func (s *scope) halt(format string, args ...any) {
+	s.halted, s.waitMessage = true, fmt.Sprintf(format, args...)
+}
+
+func (s *scope) clusterKey() client.ObjectKey {
+	return client.ObjectKey{Namespace: s.cluster.Namespace, Name: s.cluster.Name}
+}
+
+func (s *scope) desiredReplicas() int { return int(ptr.Deref(s.kcp.Spec.Replicas, 1)) }
+
+func (s *scope) initialized() bool {
+	return ptr.Deref(s.kcp.Status.Initialization.ControlPlaneInitialized, false)
+}
+
+func (s *scope) deletingMachines() collections.Machines {
+	return s.machines.Filter(collections.HasDeletionTimestamp)
+}
+
+func (s *scope) activeMachines() collections.Machines {
+	return s.machines.Filter(collections.ActiveMachines)
+}
+
+// desiredConfig is the KairosConfig spec a new Machine gets.
+func (s *scope) desiredConfig() *bootstrapv1.KairosConfigSpec {
+	if s.baseConfig == nil {
+		return nil
+	}
+	return controlplanev1.MachineKairosConfigSpec(s.baseConfig, s.kcp.Spec.Distribution, s.desiredReplicas() == 1)
+}
+
+// upToDate says whether a Machine matches the spec, and if not, why. Single-node mode is
+// not compared: it follows the replica count, and scaling is no reason to replace Machines.
+func (s *scope) upToDate(m *clusterv1.Machine) (bool, []string) {
+	var reasons []string
+	if m.Spec.Version != s.kcp.Spec.Version {
+		reasons = append(reasons, fmt.Sprintf("version %s, want %s", m.Spec.Version, s.kcp.Spec.Version))
+	}
+	want := s.kcp.Spec.MachineTemplate.Spec.InfrastructureRef
+	if m.Annotations[clusterv1.TemplateClonedFromNameAnnotation] != want.Name ||
+		m.Annotations[clusterv1.TemplateClonedFromGroupKindAnnotation] != want.GroupKind().String() {
+		reasons = append(reasons, fmt.Sprintf("infrastructure template %s, want %s",
+			m.Annotations[clusterv1.TemplateClonedFromNameAnnotation], want.Name))
+	}
+	if config, ok := s.configs[m.Name]; ok && s.baseConfig != nil {
+		have := config.Spec.DeepCopy()
+		have.Default()
+		want := s.desiredConfig()
+		have.SingleNode, want.SingleNode = false, false
+		if !equality.Semantic.DeepEqual(have, want) {
+			reasons = append(reasons, "KairosConfig spec changed")
+		}
+	}
+	if after := s.kcp.Spec.Rollout.After; !after.IsZero() && after.Time.Before(s.reconcileTime) && m.CreationTimestamp.Time.Before(after.Time) {
+		reasons = append(reasons, fmt.Sprintf("created before rollout.after %s", after.UTC().Format(time.RFC3339)))
+	}
+	return len(reasons) == 0, reasons
+}
+
+// outdatedMachines returns the active Machines that need a rollout, with the reasons.
+func (s *scope) outdatedMachines() (collections.Machines, map[string][]string) {
+	out := collections.New()
+	reasons := map[string][]string{}
+	for _, m := range s.activeMachines() {
+		if ok, why := s.upToDate(m); !ok {
+			out.Insert(m)
+			reasons[m.Name] = why
+		}
+	}
+	return out, reasons
+}
+
+// controlPlaneFailureDomains are the Cluster's failure domains flagged for control planes.
+func (s *scope) controlPlaneFailureDomains() []clusterv1.FailureDomain {
+	var out []clusterv1.FailureDomain
+	for _, fd := range s.cluster.Status.FailureDomains {
+		if ptr.Deref(fd.ControlPlane, false) {
+			out = append(out, fd)
+		}
+	}
+	return out
+}
+
+// machineNames lists Machine names sorted, for messages.
+func machineNames(ms collections.Machines) string {
+	names := ms.Names()
+	slices.Sort(names)
+	return strings.Join(names, ", ")
+}
+
+// loadBaseConfig reads the KairosConfig spec the Machines are built from.
+func (r *Reconciler) loadBaseConfig(ctx context.Context, s *scope) error {
+	ref := s.kcp.Spec.KairosConfigTemplate
+	if ref == nil {
+		s.baseConfig = s.kcp.Spec.KairosConfigSpec.DeepCopy()
+		return nil
+	}
+	tmpl := &bootstrapv1.KairosConfigTemplate{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.kcp.Namespace, Name: ref.Name}, tmpl); err != nil {
+		if apierrors.IsNotFound(err) {
+			s.configTemplateErr = fmt.Sprintf("KairosConfigTemplate %s does not exist", ref.Name)
+			return nil
+		}
+		return fmt.Errorf("reading KairosConfigTemplate %s: %w", ref.Name, err)
+	}
+	spec := tmpl.Spec.Template.Spec
+	if spec.Distribution != "" && spec.Distribution != s.kcp.Spec.Distribution {
+		s.configTemplateErr = fmt.Sprintf("KairosConfigTemplate %s has distribution %s but the control plane runs %s", ref.Name, spec.Distribution, s.kcp.Spec.Distribution)
+		return nil
+	}
+	s.baseConfig = &spec
+	return nil
+}

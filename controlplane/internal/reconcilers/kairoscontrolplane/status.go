@@ -1,0 +1,200 @@
+package kairoscontrolplane
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/collections"
+	"sigs.k8s.io/cluster-api/util/conditions"
+
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+)
+
+// updateStatus derives the whole status from the Machines and what the phases observed.
+func updateStatus(ctx context.Context, s *scope) {
+	kcp := s.kcp
+	machines := s.machines
+	kcp.Status.Selector = selector(s).String()
+	kcp.Status.Replicas = ptr.To(int32(machines.Len()))
+	kcp.Status.ReadyReplicas = ptr.To(count(machines, clusterv1.MachineReadyCondition))
+	kcp.Status.AvailableReplicas = ptr.To(count(machines, clusterv1.MachineAvailableCondition))
+	upToDate := int32(0)
+	for _, m := range machines {
+		if ok, _ := s.upToDate(m); ok {
+			upToDate++
+		}
+	}
+	kcp.Status.UpToDateReplicas = ptr.To(upToDate)
+	kcp.Status.Versions, kcp.Status.Version = versions(machines)
+
+	setCondition(kcp, controlplanev1.InitializedCondition, s.initialized(), controlplanev1.InitializedReason, controlplanev1.NotInitializedReason,
+		"", "waiting for the first control-plane node to serve the API")
+	certMsg := ""
+	if s.certificatesErr != nil {
+		certMsg = "cannot create or read the cluster certificates; see the controller logs"
+	}
+	setCondition(kcp, controlplanev1.CertificatesAvailableCondition, s.certificatesErr == nil,
+		controlplanev1.CertificatesAvailableReason, controlplanev1.CertificatesInternalErrorReason, "", certMsg)
+	setAggregate(ctx, kcp, machines, clusterv1.MachineReadyCondition, controlplanev1.MachinesReadyCondition,
+		controlplanev1.NotReadyReason, controlplanev1.ReadyUnknownReason, controlplanev1.ReadyReason)
+	setAggregate(ctx, kcp, machines, clusterv1.MachineUpToDateCondition, controlplanev1.MachinesUpToDateCondition,
+		controlplanev1.NotUpToDateReason, controlplanev1.UpToDateUnknownReason, controlplanev1.UpToDateReason)
+
+	active := machines.Filter(collections.ActiveMachines)
+	desired := s.desiredReplicas()
+	outdated, reasons := s.outdatedMachines()
+	var rolloutMsgs []string
+	for _, m := range outdated.SortedByCreationTimestamp() {
+		rolloutMsgs = append(rolloutMsgs, fmt.Sprintf("Machine %s: %s", m.Name, strings.Join(reasons[m.Name], ", ")))
+	}
+	setCondition(kcp, controlplanev1.RollingOutCondition, outdated.Len() > 0, controlplanev1.RollingOutReason, controlplanev1.NotRollingOutReason,
+		strings.Join(append(rolloutMsgs, s.preflightMessages...), "\n"), "")
+
+	blocked := strings.Join(s.blockers(), "\n")
+	setCondition(kcp, controlplanev1.ScalingUpCondition, active.Len() < desired, controlplanev1.ScalingUpReason, controlplanev1.NotScalingUpReason,
+		joinLines(fmt.Sprintf("scaling up from %d to %d replicas", active.Len(), desired), blocked), "")
+	setCondition(kcp, controlplanev1.ScalingDownCondition, active.Len() > desired, controlplanev1.ScalingDownReason, controlplanev1.NotScalingDownReason,
+		joinLines(fmt.Sprintf("scaling down from %d to %d replicas", active.Len(), desired), blocked), "")
+
+	if s.remediationReason != "" {
+		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.RemediatingCondition, Status: metav1.ConditionTrue,
+			Reason: s.remediationReason, Message: strings.Join(s.remediationMessages, "\n")})
+	} else {
+		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.RemediatingCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotRemediatingReason})
+	}
+
+	if !kcp.DeletionTimestamp.IsZero() {
+		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionTrue,
+			Reason: s.deletingReason, Message: s.deletingMessage})
+	} else {
+		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotDeletingReason})
+	}
+
+	// Available: the API answers (initialized) and a majority of the desired control plane,
+	// hence of etcd, is available.
+	available := int(count(machines, clusterv1.MachineAvailableCondition))
+	quorum := desired/2 + 1
+	setCondition(kcp, controlplanev1.AvailableCondition, s.initialized() && available >= quorum && kcp.DeletionTimestamp.IsZero(),
+		controlplanev1.AvailableReason, controlplanev1.NotAvailableReason, "",
+		fmt.Sprintf("%d of %d control-plane Machines available, %d needed for etcd quorum", available, desired, quorum))
+}
+
+// blockers lists what holds the control plane back, for the scaling conditions.
+func (s *scope) blockers() []string {
+	var out []string
+	if s.waitMessage != "" {
+		out = append(out, s.waitMessage)
+	}
+	if s.configTemplateErr != "" {
+		out = append(out, s.configTemplateErr)
+	}
+	if s.infraTemplateErr != "" {
+		out = append(out, s.infraTemplateErr)
+	}
+	return out
+}
+
+func joinLines(head, tail string) string {
+	if tail == "" {
+		return head
+	}
+	return head + "\n" + tail
+}
+
+func setCondition(kcp *controlplanev1.KairosControlPlane, typ string, ok bool, trueReason, falseReason, trueMsg, falseMsg string) {
+	c := metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: trueReason, Message: trueMsg}
+	if !ok {
+		c = metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: falseReason, Message: falseMsg}
+	}
+	conditions.Set(kcp, c)
+}
+
+// setAggregate summarizes one condition of every Machine into a control-plane condition.
+func setAggregate(ctx context.Context, kcp *controlplanev1.KairosControlPlane, machines collections.Machines, source, target, falseReason, unknownReason, trueReason string) {
+	if machines.Len() == 0 {
+		conditions.Set(kcp, metav1.Condition{Type: target, Status: metav1.ConditionTrue, Reason: controlplanev1.NoReplicasReason})
+		return
+	}
+	c, err := conditions.NewAggregateCondition(machines.UnsortedList(), source,
+		conditions.TargetConditionType(target),
+		conditions.CustomMergeStrategy{MergeStrategy: conditions.DefaultMergeStrategy(
+			conditions.ComputeReasonFunc(conditions.GetDefaultComputeMergeReasonFunc(falseReason, unknownReason, trueReason)),
+		)},
+	)
+	if err != nil {
+		ctrl.LoggerFrom(ctx).Error(err, "Aggregating Machine conditions", "condition", source)
+		conditions.Set(kcp, metav1.Condition{Type: target, Status: metav1.ConditionUnknown, Reason: unknownReason, Message: "see the controller logs"})
+		return
+	}
+	conditions.Set(kcp, *c)
+}
+
+func count(machines collections.Machines, condition string) int32 {
+	n := int32(0)
+	for _, m := range machines {
+		if conditions.IsTrue(m, condition) {
+			n++
+		}
+	}
+	return n
+}
+
+// selector selects the control plane's Machines, for the scale subresource.
+func selector(s *scope) labels.Selector {
+	sel := labels.NewSelector()
+	for _, r := range []struct {
+		key string
+		op  selection.Operator
+		val []string
+	}{
+		{clusterv1.ClusterNameLabel, selection.Equals, []string{s.cluster.Name}},
+		{clusterv1.MachineControlPlaneLabel, selection.Exists, nil},
+		{controlplanev1.ControlPlaneNameLabel, selection.Equals, []string{s.kcp.Name}},
+	} {
+		req, err := labels.NewRequirement(r.key, r.op, r.val)
+		if err == nil {
+			sel = sel.Add(*req)
+		}
+	}
+	return sel
+}
+
+// versions counts the Machines per Kubernetes version, oldest first, and returns the oldest.
+func versions(machines collections.Machines) ([]clusterv1.StatusVersion, string) {
+	counts := map[string]int32{}
+	for _, m := range machines {
+		if m.Spec.Version != "" {
+			counts[m.Spec.Version]++
+		}
+	}
+	var out []clusterv1.StatusVersion
+	for v, n := range counts {
+		out = append(out, clusterv1.StatusVersion{Version: v, Replicas: n})
+	}
+	slices.SortFunc(out, func(a, b clusterv1.StatusVersion) int {
+		va, errA := controlplanev1.ParseVersion(a.Version)
+		vb, errB := controlplanev1.ParseVersion(b.Version)
+		switch {
+		case errA != nil || errB != nil:
+			return strings.Compare(a.Version, b.Version)
+		case va.Less(vb):
+			return -1
+		case vb.Less(va):
+			return 1
+		}
+		return strings.Compare(a.Version, b.Version)
+	})
+	if len(out) == 0 {
+		return nil, ""
+	}
+	return out, out[0].Version
+}

@@ -1,0 +1,131 @@
+// Package webhooks holds the admission webhooks of KairosControlPlane and
+// KairosControlPlaneTemplate: defaulting, and validation whose messages name the field and the
+// fix.
+package webhooks
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	"sigs.k8s.io/cluster-api/util/topology"
+
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+)
+
+// +kubebuilder:webhook:verbs=create;update,path=/mutate-controlplane-cluster-x-k8s-io-v1beta2-kairoscontrolplane,mutating=true,failurePolicy=fail,groups=controlplane.cluster.x-k8s.io,resources=kairoscontrolplanes,versions=v1beta2,name=default.kairoscontrolplane.controlplane.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-controlplane-cluster-x-k8s-io-v1beta2-kairoscontrolplane,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=controlplane.cluster.x-k8s.io,resources=kairoscontrolplanes,versions=v1beta2,name=validation.kairoscontrolplane.controlplane.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+
+// KairosControlPlane defaults and validates KairosControlPlanes.
+type KairosControlPlane struct{}
+
+var (
+	_ admission.Defaulter[*controlplanev1.KairosControlPlane] = &KairosControlPlane{}
+	_ admission.Validator[*controlplanev1.KairosControlPlane] = &KairosControlPlane{}
+)
+
+// SetupWebhookWithManager registers the webhook.
+func (w *KairosControlPlane) SetupWebhookWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &controlplanev1.KairosControlPlane{}).WithDefaulter(w).WithValidator(w).Complete()
+}
+
+// Default fills the defaults.
+func (w *KairosControlPlane) Default(_ context.Context, c *controlplanev1.KairosControlPlane) error {
+	c.Spec.Default()
+	return nil
+}
+
+// ValidateCreate validates a new control plane.
+func (w *KairosControlPlane) ValidateCreate(_ context.Context, c *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
+	spec := defaulted(c)
+	return spec.Warnings(field.NewPath("spec")), invalid("KairosControlPlane", c.Name, spec.Validate(field.NewPath("spec")))
+}
+
+// ValidateUpdate validates a change: the distribution is fixed and the version only moves
+// forward, one minor at a time.
+func (w *KairosControlPlane) ValidateUpdate(_ context.Context, oldC, newC *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
+	spec := defaulted(newC)
+	return spec.Warnings(field.NewPath("spec")), invalid("KairosControlPlane", newC.Name, spec.ValidateUpdate(defaulted(oldC), field.NewPath("spec")))
+}
+
+// ValidateDelete allows every deletion.
+func (w *KairosControlPlane) ValidateDelete(context.Context, *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func defaulted(c *controlplanev1.KairosControlPlane) *controlplanev1.KairosControlPlaneSpec {
+	spec := c.Spec.DeepCopy()
+	spec.Default()
+	return spec
+}
+
+func invalid(kind, name string, errs field.ErrorList) error {
+	if len(errs) == 0 {
+		return nil
+	}
+	return apierrors.NewInvalid(controlplanev1.GroupVersion.WithKind(kind).GroupKind(), name, errs)
+}
+
+// +kubebuilder:webhook:verbs=create;update,path=/mutate-controlplane-cluster-x-k8s-io-v1beta2-kairoscontrolplanetemplate,mutating=true,failurePolicy=fail,groups=controlplane.cluster.x-k8s.io,resources=kairoscontrolplanetemplates,versions=v1beta2,name=default.kairoscontrolplanetemplate.controlplane.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+// +kubebuilder:webhook:verbs=create;update,path=/validate-controlplane-cluster-x-k8s-io-v1beta2-kairoscontrolplanetemplate,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=controlplane.cluster.x-k8s.io,resources=kairoscontrolplanetemplates,versions=v1beta2,name=validation.kairoscontrolplanetemplate.controlplane.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
+
+// KairosControlPlaneTemplate defaults and validates KairosControlPlaneTemplates.
+type KairosControlPlaneTemplate struct{}
+
+var (
+	_ admission.Defaulter[*controlplanev1.KairosControlPlaneTemplate] = &KairosControlPlaneTemplate{}
+	_ admission.Validator[*controlplanev1.KairosControlPlaneTemplate] = &KairosControlPlaneTemplate{}
+)
+
+// SetupWebhookWithManager registers the webhook.
+func (w *KairosControlPlaneTemplate) SetupWebhookWithManager(mgr ctrl.Manager) error {
+	return ctrl.NewWebhookManagedBy(mgr, &controlplanev1.KairosControlPlaneTemplate{}).WithDefaulter(w).WithValidator(w).Complete()
+}
+
+// Default fills the defaults.
+func (w *KairosControlPlaneTemplate) Default(_ context.Context, t *controlplanev1.KairosControlPlaneTemplate) error {
+	t.Spec.Template.Spec.Default()
+	return nil
+}
+
+// ValidateCreate validates a new template.
+func (w *KairosControlPlaneTemplate) ValidateCreate(_ context.Context, t *controlplanev1.KairosControlPlaneTemplate) (admission.Warnings, error) {
+	return nil, invalid("KairosControlPlaneTemplate", t.Name, validateTemplate(t))
+}
+
+// ValidateUpdate keeps templates immutable, except for the topology controller's dry runs,
+// which compute diffs and never persist.
+func (w *KairosControlPlaneTemplate) ValidateUpdate(ctx context.Context, oldT, newT *controlplanev1.KairosControlPlaneTemplate) (admission.Warnings, error) {
+	req, err := admission.RequestFromContext(ctx)
+	if err != nil {
+		return nil, apierrors.NewBadRequest(fmt.Sprintf("expected an admission.Request inside context: %v", err))
+	}
+	errs := validateTemplate(newT)
+	if !topology.IsDryRunRequest(req, newT) {
+		oldSpec, newSpec := oldT.Spec.Template.Spec.DeepCopy(), newT.Spec.Template.Spec.DeepCopy()
+		oldSpec.Default()
+		newSpec.Default()
+		if !equality.Semantic.DeepEqual(oldSpec, newSpec) {
+			errs = append(errs, field.Forbidden(field.NewPath("spec", "template", "spec"),
+				"KairosControlPlaneTemplate spec is immutable: create a new template and point the ClusterClass at it"))
+		}
+	}
+	return nil, invalid("KairosControlPlaneTemplate", newT.Name, errs)
+}
+
+// ValidateDelete allows every deletion.
+func (w *KairosControlPlaneTemplate) ValidateDelete(context.Context, *controlplanev1.KairosControlPlaneTemplate) (admission.Warnings, error) {
+	return nil, nil
+}
+
+func validateTemplate(t *controlplanev1.KairosControlPlaneTemplate) field.ErrorList {
+	spec := t.Spec.Template.Spec.DeepCopy()
+	spec.Default()
+	errs := t.Spec.Template.ObjectMeta.Validate(field.NewPath("spec", "template", "metadata"))
+	return append(errs, spec.Validate(field.NewPath("spec", "template", "spec"))...)
+}

@@ -1,0 +1,63 @@
+// Package setup registers the control-plane provider's controller and webhooks with a
+// manager. The manager binary uses it, and so do tests and the sandbox that run the provider
+// in-process.
+package setup
+
+import (
+	"context"
+	"fmt"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/internal/reconcilers/kairoscontrolplane"
+	"github.com/kairos-capi/kairos-capi/controlplane/internal/webhooks"
+)
+
+// ControllerName identifies the manager in user agents.
+const ControllerName = "kairos-controlplane-manager"
+
+// AddToScheme adds every API the provider reads to s.
+func AddToScheme(s *runtime.Scheme) error {
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme, controlplanev1.AddToScheme} {
+		if err := add(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Options configure the controller and webhooks Setup registers.
+type Options struct {
+	// ClusterCache reaches workload clusters. Required: processes running several providers
+	// share one.
+	ClusterCache                  clustercache.ClusterCache
+	WatchFilter                   string
+	KairosControlPlaneConcurrency int
+}
+
+// Setup registers the provider's controller and webhooks with mgr.
+func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
+	if err := (&kairoscontrolplane.Reconciler{
+		Client:           mgr.GetClient(),
+		APIReader:        mgr.GetAPIReader(),
+		ClusterCache:     o.ClusterCache,
+		WatchFilterValue: o.WatchFilter,
+	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.KairosControlPlaneConcurrency}); err != nil {
+		return err
+	}
+	if err := (&webhooks.KairosControlPlane{}).SetupWebhookWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the KairosControlPlane webhook: %w", err)
+	}
+	if err := (&webhooks.KairosControlPlaneTemplate{}).SetupWebhookWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the KairosControlPlaneTemplate webhook: %w", err)
+	}
+	return nil
+}
