@@ -21,7 +21,7 @@ var (
 	permissionPattern = regexp.MustCompile(`^0?[0-7]{3}$`)
 	ownerPattern      = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}:[a-z_][a-z0-9_-]{0,31}$|^[0-9]+:[0-9]+$`)
 	envNamePattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	manifestPattern   = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*\.ya?ml$`)
+	manifestPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*\.ya?ml$`)
 	// k3sTokenPattern is k3s' secure token format, which pins the server CA.
 	k3sTokenPattern = regexp.MustCompile(`^K10[0-9a-f]{64}::[^:\s]+:\S+$`)
 	sshKeyTypes     = []string{"ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
@@ -179,7 +179,7 @@ func (s *KairosConfigSpec) validateManifests(fld *field.Path) field.ErrorList {
 		p := fld.Index(i)
 		if !manifestPattern.MatchString(m.Name) {
 			errs = append(errs, field.Invalid(p.Child("name"), m.Name,
-				"must be a file name ending in .yaml or .yml, without directories, for example cni.yaml"))
+				"must be a lower-case file name ending in .yaml or .yml, without directories, for example cni.yaml"))
 		}
 		if seen[m.Name] {
 			errs = append(errs, field.Duplicate(p.Child("name"), m.Name))
@@ -277,9 +277,13 @@ func (s *KairosConfigSpec) validateDistributionOptions(fld *field.Path) field.Er
 		}
 		p := fld.Child(o.name)
 		for i, arg := range o.opts.Args {
-			flag, _, _ := strings.Cut(strings.TrimSpace(arg), "=")
+			flag, value, hasValue := strings.Cut(strings.TrimSpace(arg), "=")
 			if why, ok := managedArgs[o.dist][flag]; ok {
-				errs = append(errs, field.Invalid(p.Child("args").Index(i), arg, why))
+				shown := flag
+				if hasValue && value != "" {
+					shown = flag + "=" + redacted // values of managed flags may be tokens
+				}
+				errs = append(errs, field.Invalid(p.Child("args").Index(i), shown, why))
 			}
 		}
 		for name := range o.opts.Env {

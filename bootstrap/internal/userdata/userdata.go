@@ -7,6 +7,7 @@ package userdata
 import (
 	"fmt"
 	"strconv"
+	"strings"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/merge"
@@ -73,10 +74,12 @@ func References(spec *bootstrapv1.KairosConfigSpec) []Ref {
 // WorkerTokenOverride returns the join token the user supplied instead of a generated one.
 func WorkerTokenOverride(spec *bootstrapv1.KairosConfigSpec, secrets map[Ref]string) (string, bool) {
 	switch {
+	// Tokens copied from a server's token file or `kubectl create secret --from-file` end in a
+	// newline that is not part of the token.
 	case spec.WorkerToken != "":
-		return spec.WorkerToken, true
+		return strings.TrimSpace(spec.WorkerToken), true
 	case spec.WorkerTokenSecretRef != nil:
-		return secrets[RefOf(spec.WorkerTokenSecretRef)], true
+		return strings.TrimSpace(secrets[RefOf(spec.WorkerTokenSecretRef)]), true
 	}
 	return "", false
 }
@@ -107,12 +110,14 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 	if err != nil {
 		return render.Node{}, nil, err
 	}
+	// A password file written with echo ends in a newline that is not part of the password.
+	password = strings.TrimSuffix(strings.TrimSuffix(password, "\n"), "\r")
 	user := render.User{Name: spec.UserName, Password: password, Groups: spec.UserGroups}
 	if spec.GithubUser != "" {
 		user.SSHAuthorizedKeys = append(user.SSHAuthorizedKeys, "github:"+spec.GithubUser)
 	}
-	if spec.SSHPublicKey != "" {
-		user.SSHAuthorizedKeys = append(user.SSHAuthorizedKeys, spec.SSHPublicKey)
+	if key := strings.TrimSpace(spec.SSHPublicKey); key != "" {
+		user.SSHAuthorizedKeys = append(user.SSHAuthorizedKeys, key)
 	}
 
 	node := render.Node{
@@ -157,7 +162,9 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 		if err != nil {
 			return render.Node{}, nil, fmt.Errorf("manifest %s: %w", m.Name, err)
 		}
-		node.Manifests = append(node.Manifests, render.Manifest{Name: m.Name, Content: c})
+		// The API names manifest files; the renderer adds the .yaml extension itself.
+		name := strings.TrimSuffix(strings.TrimSuffix(m.Name, ".yaml"), ".yml")
+		node.Manifests = append(node.Manifests, render.Manifest{Name: name, Content: c})
 	}
 	opts := spec.K0s
 	if spec.Distribution == bootstrapv1.DistributionK3s {

@@ -58,9 +58,13 @@ func (w *KairosConfig) ValidateUpdate(_ context.Context, oldC, newC *bootstrapv1
 		oldSpec.Default()
 		newSpec.Default()
 		if !equality.Semantic.DeepEqual(oldSpec, newSpec) {
+			secretName := oldC.Status.DataSecretName
+			if secretName == "" {
+				secretName = oldC.Name // the data Secret is named after its KairosConfig
+			}
 			errs = append(errs, field.Forbidden(field.NewPath("spec"), fmt.Sprintf(
 				"is immutable once the bootstrap data exists (Secret %s): the node may already use it; "+
-					"create a new KairosConfig for a new Machine instead (templates roll Machines for you)", oldC.Status.DataSecretName)))
+					"create a new KairosConfig for a new Machine instead (templates roll Machines for you)", secretName)))
 		}
 	}
 	return validateSpec(&newC.Spec, field.NewPath("spec"), "KairosConfig", newC.Name, errs)

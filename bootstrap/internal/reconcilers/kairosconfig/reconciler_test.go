@@ -1,0 +1,899 @@
+package kairosconfig
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/event"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/secret"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/common/pki"
+	"github.com/kairos-capi/kairos-capi/common/token"
+)
+
+const ns = "team-a"
+
+// stubTokens records the calls the reconciler makes to the workload cluster.
+type stubTokens struct {
+	mu                    sync.Mutex
+	created               []createCall
+	refreshed             []refreshCall
+	createErr, refreshErr error
+}
+
+type createCall struct {
+	cluster client.ObjectKey
+	token   token.BootstrapToken
+	role    token.K0sTokenRole
+	expires time.Time
+}
+
+type refreshCall struct {
+	cluster client.ObjectKey
+	id      string
+	expires time.Time
+}
+
+func (s *stubTokens) Create(_ context.Context, cluster client.ObjectKey, t token.BootstrapToken, role token.K0sTokenRole, expires time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.created = append(s.created, createCall{cluster, t, role, expires})
+	return s.createErr
+}
+
+func (s *stubTokens) Refresh(_ context.Context, cluster client.ObjectKey, id string, expires time.Time) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.refreshed = append(s.refreshed, refreshCall{cluster, id, expires})
+	return s.refreshErr
+}
+
+var _ WorkloadTokens = &stubTokens{}
+
+func testScheme(t *testing.T) *runtime.Scheme {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return scheme
+}
+
+func newClient(t *testing.T, objs ...client.Object) client.Client {
+	t.Helper()
+	return fake.NewClientBuilder().WithScheme(testScheme(t)).WithObjects(objs...).
+		WithStatusSubresource(&bootstrapv1.KairosConfig{}).Build()
+}
+
+func newCluster() *clusterv1.Cluster {
+	return &clusterv1.Cluster{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo", UID: "cluster-uid"},
+		Spec:       clusterv1.ClusterSpec{ControlPlaneEndpoint: clusterv1.APIEndpoint{Host: "api.demo.example.com", Port: 6443}},
+		Status: clusterv1.ClusterStatus{Initialization: clusterv1.ClusterInitializationStatus{
+			InfrastructureProvisioned: ptr.To(true),
+		}},
+	}
+}
+
+func newMachine(name, version string) *clusterv1.Machine {
+	return &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: k8stypes.UID("machine-uid-" + name),
+			Labels: map[string]string{clusterv1.ClusterNameLabel: "demo"}},
+		Spec: clusterv1.MachineSpec{
+			ClusterName: "demo",
+			Version:     version,
+			Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KairosConfig", Name: name}},
+		},
+	}
+}
+
+func newConfig(name string, spec bootstrapv1.KairosConfigSpec) *bootstrapv1.KairosConfig {
+	spec.Default()
+	return &bootstrapv1.KairosConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: k8stypes.UID("config-uid-" + name),
+			Labels: map[string]string{clusterv1.ClusterNameLabel: "demo"},
+			OwnerReferences: []metav1.OwnerReference{{
+				APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: name, UID: k8stypes.UID("machine-uid-" + name)}},
+		},
+		Spec: spec,
+	}
+}
+
+// clusterPKI is the certificate Secrets of Cluster demo, generated once.
+var clusterPKI = sync.OnceValues(func() ([]client.Object, error) {
+	var objs []client.Object
+	for _, p := range []secret.Purpose{secret.ClusterCA, secret.EtcdCA, secret.FrontProxyCA, secret.ServiceAccount} {
+		var kp *pki.KeyPair
+		var err error
+		if p == secret.ServiceAccount {
+			kp, err = pki.NewServiceAccountKeyPair()
+		} else {
+			kp, err = pki.NewCA(string(p), time.Hour)
+		}
+		if err != nil {
+			return nil, err
+		}
+		objs = append(objs, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: secret.Name("demo", p), Labels: map[string]string{clusterv1.ClusterNameLabel: "demo"}},
+			Data:       map[string][]byte{secret.TLSCrtDataName: kp.Cert, secret.TLSKeyDataName: kp.Key},
+		})
+	}
+	return objs, nil
+})
+
+func pkiObjects(t *testing.T) []client.Object {
+	t.Helper()
+	objs, err := clusterPKI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := make([]client.Object, len(objs))
+	for i, o := range objs {
+		out[i] = o.DeepCopyObject().(client.Object)
+	}
+	return out
+}
+
+// reconcile runs Reconcile until the config has data or nothing changes (the first pass only
+// records the Paused condition).
+func reconcile(t *testing.T, r *Reconciler, name string) (ctrl.Result, *bootstrapv1.KairosConfig) {
+	t.Helper()
+	var res ctrl.Result
+	config := &bootstrapv1.KairosConfig{}
+	for range 3 {
+		var err error
+		res, err = r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: name}})
+		if err != nil {
+			t.Fatalf("Reconcile: %v", err)
+		}
+		if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, config); err != nil {
+			t.Fatal(err)
+		}
+		if ptr.Deref(config.Status.Initialization.DataSecretCreated, false) {
+			break
+		}
+	}
+	return res, config
+}
+
+func TestSameVersion(t *testing.T) {
+	tests := []struct {
+		a, b string
+		want bool
+	}{
+		{"v1.31.2", "v1.31.2", true},
+		{"v1.31.2+k3s1", "v1.31.2", true},
+		{"v1.31.2", "v1.31.2+k0s.0", true},
+		{"v1.31.2+k3s1", "v1.31.2+k3s2", true},
+		{"v1.31.2", "v1.31.3", false},
+		{"v1.31.2", "1.31.2", false},
+		{"v1.31.2-rc.1", "v1.31.2", false},
+		{"v1.31.2-rc.1+k3s1", "v1.31.2-rc.1", true},
+		{"", "", true},
+	}
+	for _, tc := range tests {
+		if got := sameVersion(tc.a, tc.b); got != tc.want {
+			t.Errorf("sameVersion(%q, %q) = %v, want %v", tc.a, tc.b, got, tc.want)
+		}
+		if got := sameVersion(tc.b, tc.a); got != tc.want {
+			t.Errorf("sameVersion(%q, %q) = %v, want %v (not symmetric)", tc.b, tc.a, got, tc.want)
+		}
+	}
+}
+
+func TestReconcilePrerequisites(t *testing.T) {
+	pool := &clusterv1.MachinePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool"},
+		Spec: clusterv1.MachinePoolSpec{ClusterName: "demo", Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{Version: "v1.31.2"}}}}
+	tests := []struct {
+		name          string
+		cluster       func(*clusterv1.Cluster)
+		role          bootstrapv1.Role
+		specVersion   string
+		owner         *configOwner
+		wantReason    string
+		wantMessage   []string
+		wantVersion   string
+		wantEndpoint  string
+		wantClusterNm string
+	}{
+		{name: "infrastructure not provisioned", cluster: func(c *clusterv1.Cluster) { c.Status.Initialization.InfrastructureProvisioned = nil },
+			owner: &configOwner{machine: newMachine("m", "v1.31.2")}, wantReason: bootstrapv1.WaitingForClusterInfrastructureReason,
+			wantMessage: []string{"Cluster demo infrastructure is not provisioned yet"}},
+		{name: "infrastructure provisioned false", cluster: func(c *clusterv1.Cluster) { c.Status.Initialization.InfrastructureProvisioned = ptr.To(false) },
+			owner: &configOwner{machine: newMachine("m", "v1.31.2")}, wantReason: bootstrapv1.WaitingForClusterInfrastructureReason},
+		{name: "no endpoint", cluster: func(c *clusterv1.Cluster) { c.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{} },
+			owner: &configOwner{machine: newMachine("m", "v1.31.2")}, wantReason: bootstrapv1.WaitingForControlPlaneEndpointReason,
+			wantMessage: []string{"Cluster demo has no spec.controlPlaneEndpoint yet"}},
+		{name: "endpoint without port", cluster: func(c *clusterv1.Cluster) { c.Spec.ControlPlaneEndpoint.Port = 0 },
+			owner: &configOwner{machine: newMachine("m", "v1.31.2")}, wantReason: bootstrapv1.WaitingForControlPlaneEndpointReason},
+		{name: "no version anywhere", owner: &configOwner{machine: newMachine("m", "")},
+			wantReason: bootstrapv1.WaitingForKubernetesVersionReason, wantMessage: []string{"set spec.kubernetesVersion, or spec.version of Machine m"}},
+		{name: "no version in the pool", owner: &configOwner{pool: &clusterv1.MachinePool{ObjectMeta: metav1.ObjectMeta{Name: "pool"}}},
+			wantReason: bootstrapv1.WaitingForKubernetesVersionReason, wantMessage: []string{"spec.version of MachinePool pool"}},
+		{name: "version mismatch", specVersion: "v1.31.2", owner: &configOwner{machine: newMachine("m", "v1.30.0")},
+			wantReason:  bootstrapv1.InvalidConfigurationReason,
+			wantMessage: []string{"spec.kubernetesVersion v1.31.2 differs from Machine m spec.version v1.30.0", "make them equal or leave spec.kubernetesVersion empty"}},
+		{name: "MachinePool control plane", role: bootstrapv1.RoleControlPlane, owner: &configOwner{pool: pool},
+			wantReason: bootstrapv1.InvalidConfigurationReason, wantMessage: []string{"MachinePools cannot run control-plane nodes"}},
+		{name: "version from the Machine", owner: &configOwner{machine: newMachine("m", "v1.31.2")},
+			wantVersion: "v1.31.2", wantEndpoint: "api.demo.example.com:6443", wantClusterNm: "demo"},
+		{name: "version from the spec", specVersion: "v1.32.0", owner: &configOwner{machine: newMachine("m", "")},
+			wantVersion: "v1.32.0", wantEndpoint: "api.demo.example.com:6443", wantClusterNm: "demo"},
+		{name: "spec version with a build suffix matches the Machine", specVersion: "v1.31.2+k3s1", owner: &configOwner{machine: newMachine("m", "v1.31.2")},
+			wantVersion: "v1.31.2+k3s1", wantEndpoint: "api.demo.example.com:6443", wantClusterNm: "demo"},
+		{name: "MachinePool worker", owner: &configOwner{pool: pool},
+			wantVersion: "v1.31.2", wantEndpoint: "api.demo.example.com:6443", wantClusterNm: "demo"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := newCluster()
+			if tc.cluster != nil {
+				tc.cluster(cluster)
+			}
+			role := tc.role
+			if role == "" {
+				role = bootstrapv1.RoleWorker
+			}
+			config := newConfig("m", bootstrapv1.KairosConfigSpec{Role: role, KubernetesVersion: tc.specVersion})
+			s := &scope{config: config, owner: tc.owner, cluster: cluster}
+			res, err := (&Reconciler{}).reconcilePrerequisites(context.Background(), s)
+			if err != nil || !res.IsZero() {
+				t.Fatalf("reconcilePrerequisites = %+v, %v", res, err)
+			}
+			if s.waitReason != tc.wantReason {
+				t.Fatalf("wait reason = %q (%s), want %q", s.waitReason, s.waitMessage, tc.wantReason)
+			}
+			if s.halted != (tc.wantReason != "") {
+				t.Errorf("halted = %v", s.halted)
+			}
+			for _, m := range tc.wantMessage {
+				if !strings.Contains(s.waitMessage, m) {
+					t.Errorf("wait message %q does not contain %q", s.waitMessage, m)
+				}
+			}
+			if tc.wantReason != "" {
+				if s.inputs.KubernetesVersion != "" || s.inputs.ClusterName != "" {
+					t.Errorf("inputs filled while waiting: %+v", s.inputs)
+				}
+				return
+			}
+			if s.inputs.KubernetesVersion != tc.wantVersion || s.inputs.ClusterName != tc.wantClusterNm {
+				t.Errorf("inputs = %+v", s.inputs)
+			}
+			if got := fmt.Sprintf("%s:%d", s.inputs.Endpoint.Host, s.inputs.Endpoint.Port); got != tc.wantEndpoint {
+				t.Errorf("endpoint = %s, want %s", got, tc.wantEndpoint)
+			}
+		})
+	}
+}
+
+func TestUpdateStatus(t *testing.T) {
+	t.Run("data", func(t *testing.T) {
+		c := newConfig("m", bootstrapv1.KairosConfigSpec{})
+		if err := updateStatus(&scope{config: c, dataSecretName: "m"}); err != nil {
+			t.Fatal(err)
+		}
+		if c.Status.DataSecretName != "m" || !ptr.Deref(c.Status.Initialization.DataSecretCreated, false) || !c.Status.Ready {
+			t.Errorf("status = %+v, want data secret m, created and (deprecated) ready", c.Status)
+		}
+		assertCondition(t, c, bootstrapv1.DataSecretAvailableCondition, metav1.ConditionTrue, bootstrapv1.DataSecretAvailableReason, "")
+		assertCondition(t, c, bootstrapv1.ReadyCondition, metav1.ConditionTrue, bootstrapv1.ReadyReason, "")
+	})
+	t.Run("wait", func(t *testing.T) {
+		c := newConfig("m", bootstrapv1.KairosConfigSpec{})
+		s := &scope{config: c}
+		s.wait(bootstrapv1.WaitingForInitLockReason, "Machine %s is initializing", "m0")
+		if err := updateStatus(s); err != nil {
+			t.Fatal(err)
+		}
+		if c.Status.DataSecretName != "" || c.Status.Initialization.DataSecretCreated != nil || c.Status.Ready {
+			t.Errorf("status = %+v, want no data", c.Status)
+		}
+		assertCondition(t, c, bootstrapv1.DataSecretAvailableCondition, metav1.ConditionFalse, bootstrapv1.WaitingForInitLockReason, "Machine m0 is initializing")
+		assertCondition(t, c, bootstrapv1.ReadyCondition, metav1.ConditionFalse, bootstrapv1.NotReadyReason, "Machine m0 is initializing")
+	})
+	t.Run("wait after data keeps the data", func(t *testing.T) {
+		// A wait recorded while data exists (for example a deleted Secret) must not unset the
+		// contract fields Cluster API already acted on.
+		c := newConfig("m", bootstrapv1.KairosConfigSpec{})
+		c.Status.DataSecretName, c.Status.Ready = "m", true
+		c.Status.Initialization.DataSecretCreated = ptr.To(true)
+		s := &scope{config: c}
+		s.wait(bootstrapv1.DataSecretCreationFailedReason, "deleted")
+		if err := updateStatus(s); err != nil {
+			t.Fatal(err)
+		}
+		if c.Status.DataSecretName != "m" || !c.Status.Ready || !ptr.Deref(c.Status.Initialization.DataSecretCreated, false) {
+			t.Errorf("status = %+v", c.Status)
+		}
+		assertCondition(t, c, bootstrapv1.DataSecretAvailableCondition, metav1.ConditionFalse, bootstrapv1.DataSecretCreationFailedReason, "deleted")
+	})
+	t.Run("nothing observed", func(t *testing.T) {
+		c := newConfig("m", bootstrapv1.KairosConfigSpec{})
+		if err := updateStatus(&scope{config: c}); err != nil {
+			t.Fatal(err)
+		}
+		if conditions.Has(c, bootstrapv1.DataSecretAvailableCondition) {
+			t.Error("DataSecretAvailable set without an observation")
+		}
+		assertCondition(t, c, bootstrapv1.ReadyCondition, metav1.ConditionUnknown, bootstrapv1.ReadyUnknownReason, "")
+	})
+}
+
+func assertCondition(t *testing.T, c *bootstrapv1.KairosConfig, typ string, status metav1.ConditionStatus, reason, message string) {
+	t.Helper()
+	cond := conditions.Get(c, typ)
+	if cond == nil {
+		t.Fatalf("no %s condition in %+v", typ, c.Status.Conditions)
+	}
+	if cond.Status != status || cond.Reason != reason || !strings.Contains(cond.Message, message) {
+		t.Errorf("%s = %s/%s %q, want %s/%s containing %q", typ, cond.Status, cond.Reason, cond.Message, status, reason, message)
+	}
+}
+
+func TestRefreshJoinToken(t *testing.T) {
+	withNode := newMachine("joined", "v1.31.2")
+	withNode.Status.NodeRef = clusterv1.MachineNodeReference{Name: "node-1"}
+	pool := &clusterv1.MachinePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool"}}
+	notFound := apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "bootstrap-token-abcdef")
+
+	tests := []struct {
+		name        string
+		owner       *configOwner
+		annotated   bool
+		refreshErr  error
+		wantCalls   int
+		wantRequeue time.Duration
+	}{
+		{"node not joined yet", &configOwner{machine: newMachine("m", "v1.31.2")}, true, nil, 1, 20 * time.Second},
+		{"node joined", &configOwner{machine: withNode}, true, nil, 0, 0},
+		{"no generated token", &configOwner{machine: newMachine("m", "v1.31.2")}, false, nil, 0, 0},
+		{"MachinePool always refreshes", &configOwner{pool: pool}, true, nil, 1, 20 * time.Second},
+		{"token gone", &configOwner{machine: newMachine("m", "v1.31.2")}, true, notFound, 1, 0},
+		{"workload cluster unreachable", &configOwner{machine: newMachine("m", "v1.31.2")}, true, errors.New("unreachable"), 1, waitRequeue},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			tokens := &stubTokens{refreshErr: tc.refreshErr}
+			r := &Reconciler{Tokens: tokens, TokenTTL: time.Minute}
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m"}}
+			if tc.annotated {
+				secret.Annotations = map[string]string{TokenIDAnnotation: "abcdef"}
+			}
+			s := &scope{config: newConfig("m", bootstrapv1.KairosConfigSpec{}), owner: tc.owner, cluster: newCluster()}
+			before := time.Now()
+			res, err := r.refreshJoinToken(context.Background(), s, secret)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.RequeueAfter != tc.wantRequeue {
+				t.Errorf("RequeueAfter = %v, want %v", res.RequeueAfter, tc.wantRequeue)
+			}
+			if len(tokens.refreshed) != tc.wantCalls {
+				t.Fatalf("Refresh calls = %+v, want %d", tokens.refreshed, tc.wantCalls)
+			}
+			if tc.wantCalls == 1 {
+				call := tokens.refreshed[0]
+				if call.id != "abcdef" || call.cluster != (client.ObjectKey{Namespace: ns, Name: "demo"}) {
+					t.Errorf("Refresh(%v, %s)", call.cluster, call.id)
+				}
+				if call.expires.Before(before.Add(time.Minute)) || call.expires.After(time.Now().Add(time.Minute)) {
+					t.Errorf("expires = %v, want now + TTL", call.expires)
+				}
+			}
+		})
+	}
+}
+
+func TestSecretToConfigs(t *testing.T) {
+	config := func(name, clusterName, watch string, created bool) *bootstrapv1.KairosConfig {
+		c := newConfig(name, bootstrapv1.KairosConfigSpec{})
+		c.Labels = map[string]string{clusterv1.ClusterNameLabel: clusterName}
+		if watch != "" {
+			c.Labels[clusterv1.WatchLabel] = watch
+		}
+		if created {
+			c.Status.Initialization.DataSecretCreated = ptr.To(true)
+		}
+		return c
+	}
+	objs := []client.Object{
+		config("waiting", "demo", "", false),
+		config("done", "demo", "", true),
+		config("watched-waiting", "demo", "team-x", false),
+		config("watched-done", "demo", "team-x", true),
+		config("other-cluster", "other", "", false),
+	}
+	controlledBy := func(kind, name string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "s"}}
+		s.OwnerReferences = []metav1.OwnerReference{{APIVersion: bootstrapv1.GroupVersion.String(), Kind: kind, Name: name, UID: "u", Controller: ptr.To(true)}}
+		return s
+	}
+	labelled := func(cluster string) *corev1.Secret {
+		return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo-ca", Labels: map[string]string{clusterv1.ClusterNameLabel: cluster}}}
+	}
+	inOtherNamespace := labelled("demo")
+	inOtherNamespace.Namespace = "elsewhere"
+	notController := labelled("demo")
+	notController.OwnerReferences = []metav1.OwnerReference{{APIVersion: bootstrapv1.GroupVersion.String(), Kind: "KairosConfig", Name: "done", UID: "u"}}
+	machineControlled := labelled("demo")
+	machineControlled.OwnerReferences = []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "Machine", Name: "x", UID: "u", Controller: ptr.To(true)}}
+
+	tests := []struct {
+		name   string
+		filter string
+		secret *corev1.Secret
+		want   []string
+	}{
+		{"data Secret wakes its config even with data", "", controlledBy("KairosConfig", "done"), []string{"done"}},
+		{"data Secret of a config outside the watch filter", "team-x", controlledBy("KairosConfig", "done"), nil},
+		{"data Secret of a config inside the watch filter", "team-x", controlledBy("KairosConfig", "watched-done"), []string{"watched-done"}},
+		{"data Secret of a deleted config", "", controlledBy("KairosConfig", "gone"), nil},
+		{"cluster Secret wakes the configs still waiting", "", labelled("demo"), []string{"waiting", "watched-waiting"}},
+		{"cluster Secret honours the watch filter", "team-x", labelled("demo"), []string{"watched-waiting"}},
+		{"cluster Secret of another cluster", "", labelled("other"), []string{"other-cluster"}},
+		{"cluster Secret of a cluster without configs", "", labelled("nobody"), nil},
+		{"cluster Secret in another namespace", "", inOtherNamespace, nil},
+		{"a non-controller owner reference is not a data Secret", "", notController, []string{"waiting", "watched-waiting"}},
+		{"a Secret controlled by something else falls back to the label", "", machineControlled, []string{"waiting", "watched-waiting"}},
+		{"unrelated Secret", "", &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "x"}}, nil},
+	}
+	c := newClient(t, objs...)
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &Reconciler{Client: c, WatchFilterValue: tc.filter}
+			var got []string
+			for _, req := range r.secretToConfigs(context.Background(), tc.secret) {
+				if req.Namespace != tc.secret.Namespace {
+					t.Errorf("request %v in another namespace", req)
+				}
+				got = append(got, req.Name)
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("secretToConfigs = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestClusterToConfigs(t *testing.T) {
+	other := newConfig("x", bootstrapv1.KairosConfigSpec{})
+	other.Labels[clusterv1.ClusterNameLabel] = "other"
+	c := newClient(t, newConfig("a", bootstrapv1.KairosConfigSpec{}), newConfig("b", bootstrapv1.KairosConfigSpec{}), other)
+	r := &Reconciler{Client: c}
+	var got []string
+	for _, req := range r.clusterToConfigs(context.Background(), newCluster()) {
+		got = append(got, req.Name)
+	}
+	if !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Fatalf("clusterToConfigs = %v, want [a b]", got)
+	}
+}
+
+func TestMachineAndPoolToConfig(t *testing.T) {
+	m := newMachine("m", "v1.31.2")
+	if got := machineToConfig(context.Background(), m); len(got) != 1 || got[0].NamespacedName != (client.ObjectKey{Namespace: ns, Name: "m"}) {
+		t.Errorf("machineToConfig = %v", got)
+	}
+	other := newMachine("kubeadm", "v1.31.2")
+	other.Spec.Bootstrap.ConfigRef.Kind = "KubeadmConfig"
+	if got := machineToConfig(context.Background(), other); got != nil {
+		t.Errorf("machineToConfig for another provider = %v", got)
+	}
+	otherGroup := newMachine("x", "v1.31.2")
+	otherGroup.Spec.Bootstrap.ConfigRef.APIGroup = "example.com"
+	if got := machineToConfig(context.Background(), otherGroup); got != nil {
+		t.Errorf("machineToConfig for another group = %v", got)
+	}
+	noRef := newMachine("data", "v1.31.2")
+	noRef.Spec.Bootstrap.ConfigRef = clusterv1.ContractVersionedObjectReference{}
+	if got := machineToConfig(context.Background(), noRef); got != nil {
+		t.Errorf("machineToConfig without a config = %v", got)
+	}
+	if got := machineToConfig(context.Background(), newCluster()); got != nil {
+		t.Errorf("machineToConfig(Cluster) = %v", got)
+	}
+
+	pool := &clusterv1.MachinePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool"}}
+	pool.Spec.Template.Spec.Bootstrap.ConfigRef = clusterv1.ContractVersionedObjectReference{
+		APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KairosConfig", Name: "pool-config"}
+	if got := machinePoolToConfig(context.Background(), pool); len(got) != 1 || got[0].Name != "pool-config" || got[0].Namespace != ns {
+		t.Errorf("machinePoolToConfig = %v", got)
+	}
+	if got := machinePoolToConfig(context.Background(), m); got != nil {
+		t.Errorf("machinePoolToConfig(Machine) = %v", got)
+	}
+}
+
+func TestClusterChangedForBootstrap(t *testing.T) {
+	p := clusterChangedForBootstrap{}
+	tests := []struct {
+		name   string
+		mutate func(*clusterv1.Cluster)
+		want   bool
+	}{
+		{"no change", func(*clusterv1.Cluster) {}, false},
+		{"unrelated change", func(c *clusterv1.Cluster) { c.Labels = map[string]string{"a": "b"} }, false},
+		{"paused", func(c *clusterv1.Cluster) { c.Spec.Paused = ptr.To(true) }, true},
+		{"infrastructure", func(c *clusterv1.Cluster) { c.Status.Initialization.InfrastructureProvisioned = ptr.To(false) }, true},
+		{"control plane initialized", func(c *clusterv1.Cluster) { c.Status.Initialization.ControlPlaneInitialized = ptr.To(true) }, true},
+		{"endpoint", func(c *clusterv1.Cluster) { c.Spec.ControlPlaneEndpoint.Host = "other" }, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			oldC, newC := newCluster(), newCluster()
+			tc.mutate(newC)
+			if got := p.Update(event.UpdateEvent{ObjectOld: oldC, ObjectNew: newC}); got != tc.want {
+				t.Fatalf("Update = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	if p.Update(event.UpdateEvent{ObjectOld: newMachine("a", ""), ObjectNew: newMachine("a", "")}) {
+		t.Error("Update passes non-Cluster objects")
+	}
+	if !p.Create(event.CreateEvent{}) || p.Delete(event.DeleteEvent{}) || p.Generic(event.GenericEvent{}) {
+		t.Error("Create must pass, Delete and Generic must not")
+	}
+}
+
+// TestDataSecret runs a control-plane and a worker through Reconcile and checks the data
+// Secret Cluster API hands to the infrastructure provider.
+func TestDataSecret(t *testing.T) {
+	k3sOverride, err := token.FormatK3sToken(strings.Repeat("ab", 32), "server", "user-supplied")
+	if err != nil {
+		t.Fatal(err)
+	}
+	k3s := bootstrapv1.DistributionK3s
+	tests := []struct {
+		name        string
+		spec        bootstrapv1.KairosConfigSpec
+		initialized bool
+		pool        bool
+		extra       []client.Object
+		wantRole    token.K0sTokenRole // "" when no token is created
+		wantInData  string
+	}{
+		{name: "k0s control plane (init)", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane}},
+		{name: "k0s worker", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker}, initialized: true, wantRole: token.K0sWorkerToken},
+		{name: "k0s control plane (join)", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane}, initialized: true, wantRole: token.K0sControllerToken},
+		{name: "k0s MachinePool worker", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker}, initialized: true, pool: true, wantRole: token.K0sWorkerToken},
+		{name: "k3s control plane (init)", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane, Distribution: k3s}, wantInData: "--cluster-init"},
+		{name: "k3s worker with a token override", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, Distribution: k3s, WorkerToken: k3sOverride},
+			initialized: true, wantInData: k3sOverride},
+		{name: "k3s worker with a token from a Secret", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, Distribution: k3s,
+			WorkerTokenSecretRef: &bootstrapv1.SecretKeyReference{Name: "tok"}}, initialized: true,
+			extra:      []client.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tok"}, Data: map[string][]byte{"value": []byte(k3sOverride)}}},
+			wantInData: k3sOverride},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := newCluster()
+			cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(tc.initialized)
+			config := newConfig("m", tc.spec)
+			var owner client.Object = newMachine("m", "v1.31.2")
+			if tc.pool {
+				pool := &clusterv1.MachinePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m", UID: "pool-uid"},
+					Spec: clusterv1.MachinePoolSpec{ClusterName: "demo", Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{Version: "v1.31.2"}}}}
+				config.OwnerReferences[0].Kind, config.OwnerReferences[0].UID = "MachinePool", pool.UID
+				owner = pool
+			}
+			objs := append(pkiObjects(t), cluster, owner, config)
+			objs = append(objs, tc.extra...)
+			tokens := &stubTokens{}
+			r := &Reconciler{Client: newClient(t, objs...), TokenTTL: 9 * time.Minute, Tokens: tokens}
+			r.APIReader = r.Client
+			r.complete()
+
+			res, config := reconcile(t, r, "m")
+
+			s := &corev1.Secret{}
+			if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, s); err != nil {
+				t.Fatalf("no data Secret: %v (conditions %+v)", err, config.Status.Conditions)
+			}
+			if s.Type != "cluster.x-k8s.io/secret" {
+				t.Errorf("type = %q", s.Type)
+			}
+			if s.Labels[clusterv1.ClusterNameLabel] != "demo" || len(s.Labels) != 1 {
+				t.Errorf("labels = %v, want only the cluster-name label", s.Labels)
+			}
+			ctrlRef := metav1.GetControllerOf(s)
+			if ctrlRef == nil || ctrlRef.Kind != "KairosConfig" || ctrlRef.Name != "m" || ctrlRef.UID != config.UID ||
+				ctrlRef.APIVersion != bootstrapv1.GroupVersion.String() || !ptr.Deref(ctrlRef.BlockOwnerDeletion, false) {
+				t.Errorf("controller reference = %+v, want the KairosConfig", ctrlRef)
+			}
+			if len(s.Data) != 1 || len(s.Data["value"]) == 0 {
+				t.Errorf("data keys = %v, want exactly one key \"value\"", reflect.ValueOf(s.Data).MapKeys())
+			}
+			if !strings.HasPrefix(string(s.Data["value"]), "#cloud-config\n") {
+				t.Errorf("value does not start with #cloud-config")
+			}
+
+			if config.Status.DataSecretName != "m" || !config.Status.Ready {
+				t.Errorf("status = %+v", config.Status)
+			}
+			assertCondition(t, config, bootstrapv1.ReadyCondition, metav1.ConditionTrue, bootstrapv1.ReadyReason, "")
+			if config.Status.ObservedGeneration != config.Generation {
+				t.Errorf("observedGeneration = %d, generation %d", config.Status.ObservedGeneration, config.Generation)
+			}
+
+			if tc.wantInData != "" && !strings.Contains(string(s.Data["value"]), tc.wantInData) {
+				t.Errorf("data does not contain %q", tc.wantInData)
+			}
+			if tc.spec.Distribution == k3s && tc.spec.Role == bootstrapv1.RoleControlPlane {
+				// The first k3s server creates the cluster token, owned by its config.
+				tok := &corev1.Secret{}
+				if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "demo-k3s-token"}, tok); err != nil {
+					t.Fatalf("no k3s token Secret: %v", err)
+				}
+				if !metav1.IsControlledBy(tok, config) || !strings.Contains(string(s.Data["value"]), string(tok.Data["value"])) {
+					t.Errorf("k3s token Secret %+v is not the config's or not in the data", tok.ObjectMeta)
+				}
+			}
+			if tc.wantRole == "" {
+				if len(tokens.created) != 0 || s.Annotations[TokenIDAnnotation] != "" {
+					t.Errorf("a token was created for the init node: %+v %v", tokens.created, s.Annotations)
+				}
+				if res.RequeueAfter != 0 {
+					t.Errorf("RequeueAfter = %v, want none", res.RequeueAfter)
+				}
+				return
+			}
+			if len(tokens.created) != 1 {
+				t.Fatalf("Create calls = %+v, want 1", tokens.created)
+			}
+			call := tokens.created[0]
+			if call.role != tc.wantRole || call.cluster != (client.ObjectKey{Namespace: ns, Name: "demo"}) {
+				t.Errorf("Create(%v, %s)", call.cluster, call.role)
+			}
+			if s.Annotations[TokenIDAnnotation] != call.token.ID {
+				t.Errorf("token annotation = %q, want the created token %q", s.Annotations[TokenIDAnnotation], call.token.ID)
+			}
+			if res.RequeueAfter != 3*time.Minute {
+				t.Errorf("RequeueAfter = %v, want TTL/3 to keep the token alive", res.RequeueAfter)
+			}
+		})
+	}
+}
+
+func TestDataIsWrittenOnce(t *testing.T) {
+	cluster := newCluster()
+	objs := append(pkiObjects(t), cluster, newMachine("m", "v1.31.2"), newConfig("m", bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane}))
+	r := NewOffline(newClient(t, objs...))
+	_, _ = reconcile(t, r, "m")
+	first := &corev1.Secret{}
+	if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, first); err != nil {
+		t.Fatal(err)
+	}
+
+	// Change the spec and reconcile again: the data must not be rendered again.
+	config := &bootstrapv1.KairosConfig{}
+	if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, config); err != nil {
+		t.Fatal(err)
+	}
+	config.Spec.PreCommands = []string{"echo changed"}
+	if err := r.Client.Update(context.Background(), config); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(config)}); err != nil {
+		t.Fatal(err)
+	}
+	second := &corev1.Secret{}
+	if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, second); err != nil {
+		t.Fatal(err)
+	}
+	if string(first.Data["value"]) != string(second.Data["value"]) {
+		t.Fatal("the data Secret was rendered again")
+	}
+}
+
+func TestReconcileExistingData(t *testing.T) {
+	cfg := newConfig("m", bootstrapv1.KairosConfigSpec{})
+	t.Run("adopts an orphaned data Secret", func(t *testing.T) {
+		orphan := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m"}}
+		r := NewOffline(newClient(t, orphan))
+		s := &scope{config: cfg.DeepCopy(), owner: &configOwner{machine: newMachine("m", "")}, cluster: newCluster()}
+		if _, err := r.reconcileExistingData(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		if s.dataSecretName != "m" || !s.halted || s.waitReason != "" {
+			t.Fatalf("scope = %+v", s)
+		}
+		got := &corev1.Secret{}
+		if err := r.Client.Get(context.Background(), client.ObjectKeyFromObject(orphan), got); err != nil {
+			t.Fatal(err)
+		}
+		if !metav1.IsControlledBy(got, cfg) {
+			t.Fatalf("owner references = %+v, want the KairosConfig as controller", got.OwnerReferences)
+		}
+	})
+	t.Run("refuses a Secret controlled by another object", func(t *testing.T) {
+		foreign := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m", OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: "x", Controller: ptr.To(true)}}}}
+		r := NewOffline(newClient(t, foreign))
+		s := &scope{config: cfg.DeepCopy(), owner: &configOwner{machine: newMachine("m", "")}, cluster: newCluster()}
+		_, err := r.reconcileExistingData(context.Background(), s)
+		if err == nil || !strings.Contains(err.Error(), "controlled by ConfigMap x") {
+			t.Fatalf("error = %v", err)
+		}
+	})
+	t.Run("trusts the Machine's dataSecretName", func(t *testing.T) {
+		m := newMachine("m", "")
+		m.Spec.Bootstrap.DataSecretName = ptr.To("restored")
+		r := NewOffline(newClient(t))
+		s := &scope{config: cfg.DeepCopy(), owner: &configOwner{machine: m}, cluster: newCluster()}
+		if _, err := r.reconcileExistingData(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		if s.dataSecretName != "restored" || !s.halted {
+			t.Fatalf("scope = %+v", s)
+		}
+	})
+	t.Run("deleted data is not rendered again", func(t *testing.T) {
+		c := cfg.DeepCopy()
+		c.Status.Initialization.DataSecretCreated = ptr.To(true)
+		r := NewOffline(newClient(t))
+		s := &scope{config: c, owner: &configOwner{machine: newMachine("m", "")}, cluster: newCluster()}
+		if _, err := r.reconcileExistingData(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		if s.waitReason != bootstrapv1.DataSecretCreationFailedReason || !s.halted || !strings.Contains(s.waitMessage, "delete the Machine to replace the node") {
+			t.Fatalf("scope = %+v", s)
+		}
+	})
+	t.Run("no data yet", func(t *testing.T) {
+		r := NewOffline(newClient(t))
+		s := &scope{config: cfg.DeepCopy(), owner: &configOwner{machine: newMachine("m", "")}, cluster: newCluster()}
+		if _, err := r.reconcileExistingData(context.Background(), s); err != nil {
+			t.Fatal(err)
+		}
+		if s.halted || s.dataSecretName != "" {
+			t.Fatalf("scope = %+v", s)
+		}
+	})
+}
+
+func TestReconcileWaits(t *testing.T) {
+	tests := []struct {
+		name       string
+		spec       bootstrapv1.KairosConfigSpec
+		cluster    func(*clusterv1.Cluster)
+		extra      []client.Object
+		noPKI      bool
+		tokens     *stubTokens
+		wantReason string
+		wantMsg    string
+	}{
+		{name: "worker before the control plane", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker},
+			wantReason: bootstrapv1.WaitingForControlPlaneInitializedReason, wantMsg: "control plane of Cluster demo"},
+		{name: "second init node", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane},
+			extra: []client.Object{newMachine("first", "v1.31.2"), &corev1.ConfigMap{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo-kairos-init-lock"}, Data: map[string]string{"machine": "first"}}},
+			wantReason: bootstrapv1.WaitingForInitLockReason, wantMsg: "Machine first is initializing Cluster demo"},
+		{name: "joining control plane without certificates", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane},
+			cluster: initialized, noPKI: true, wantReason: bootstrapv1.WaitingForClusterCertificatesReason, wantMsg: "demo-ca"},
+		{name: "k0s worker without the CA", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker},
+			cluster: initialized, noPKI: true, wantReason: bootstrapv1.WaitingForClusterCertificatesReason, wantMsg: "demo-ca"},
+		{name: "k3s worker without the cluster token", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK3s},
+			cluster: initialized, wantReason: bootstrapv1.WaitingForJoinTokenReason, wantMsg: "demo-k3s-token"},
+		{name: "workload cluster unreachable", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker},
+			cluster: initialized, tokens: &stubTokens{createErr: errors.New("connection refused")},
+			wantReason: bootstrapv1.WaitingForJoinTokenReason, wantMsg: "cannot reach the workload cluster to create a join token: connection refused"},
+		{name: "referenced Secret missing", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane,
+			Files: []bootstrapv1.File{{Path: "/etc/x", ContentFrom: &bootstrapv1.SecretKeyReference{Name: "user-files"}}}},
+			wantReason: bootstrapv1.WaitingForReferencedSecretReason, wantMsg: "Secret user-files referenced by the spec does not exist"},
+		{name: "fragment conflicting with the document", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane, Hostname: "a",
+			CloudConfigFragments: []bootstrapv1.CloudConfigFragment{{Name: "f", ContentFrom: &bootstrapv1.SecretKeyReference{Name: "frag"}}}},
+			extra:      []client.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "frag"}, Data: map[string][]byte{"value": []byte("hostname: b\n")}}},
+			wantReason: bootstrapv1.InvalidConfigurationReason, wantMsg: `cannot render the bootstrap data`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := newCluster()
+			if tc.cluster != nil {
+				tc.cluster(cluster)
+			}
+			objs := append([]client.Object{cluster, newMachine("m", "v1.31.2"), newConfig("m", tc.spec)}, tc.extra...)
+			if !tc.noPKI {
+				objs = append(objs, pkiObjects(t)...)
+			}
+			tokens := tc.tokens
+			if tokens == nil {
+				tokens = &stubTokens{}
+			}
+			c := newClient(t, objs...)
+			r := &Reconciler{Client: c, APIReader: c, Tokens: tokens}
+			r.complete()
+			_, config := reconcile(t, r, "m")
+			if config.Status.DataSecretName != "" || config.Status.Initialization.DataSecretCreated != nil {
+				t.Fatalf("data created: %+v", config.Status)
+			}
+			assertCondition(t, config, bootstrapv1.DataSecretAvailableCondition, metav1.ConditionFalse, tc.wantReason, tc.wantMsg)
+			assertCondition(t, config, bootstrapv1.ReadyCondition, metav1.ConditionFalse, bootstrapv1.NotReadyReason, "")
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+				t.Fatalf("a data Secret exists: %v", err)
+			}
+		})
+	}
+}
+
+func initialized(c *clusterv1.Cluster) {
+	c.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+}
+
+func TestReconcileWithoutOwnerOrCluster(t *testing.T) {
+	noOwner := newConfig("m", bootstrapv1.KairosConfigSpec{})
+	noOwner.OwnerReferences = nil
+	r := NewOffline(newClient(t, noOwner, newCluster()))
+	if res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(noOwner)}); err != nil || !res.IsZero() {
+		t.Fatalf("without an owner: %+v, %v", res, err)
+	}
+
+	r = NewOffline(newClient(t, newConfig("m", bootstrapv1.KairosConfigSpec{}), newMachine("m", "v1.31.2")))
+	if res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "m"}}); err != nil || !res.IsZero() {
+		t.Fatalf("without a Cluster: %+v, %v", res, err)
+	}
+
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "absent"}}); err != nil {
+		t.Fatalf("a deleted config: %v", err)
+	}
+}
+
+func TestNewOfflineDefaults(t *testing.T) {
+	r := NewOffline(newClient(t))
+	if r.TokenTTL != DefaultTokenTTL || r.Tokens == nil || r.initLock == nil || r.APIReader == nil {
+		t.Fatalf("NewOffline = %+v", r)
+	}
+	if r.tokenRefreshInterval() != DefaultTokenTTL/3 {
+		t.Errorf("refresh interval = %v", r.tokenRefreshInterval())
+	}
+	if err := r.Tokens.Create(context.Background(), client.ObjectKey{}, token.BootstrapToken{}, token.K0sWorkerToken, time.Now()); err != nil {
+		t.Errorf("offline Create: %v", err)
+	}
+	if err := r.Tokens.Refresh(context.Background(), client.ObjectKey{}, "id", time.Now()); err != nil {
+		t.Errorf("offline Refresh: %v", err)
+	}
+}
+
+func TestBootstrapTokenSecret(t *testing.T) {
+	tok := token.BootstrapToken{ID: "abcdef", Secret: "0123456789abcdef"}
+	expires := time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+	s, err := bootstrapTokenSecret(tok, token.K0sWorkerToken, expires)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Namespace != "kube-system" || s.Name != "bootstrap-token-abcdef" || s.Type != corev1.SecretTypeBootstrapToken {
+		t.Errorf("secret = %s/%s %s", s.Namespace, s.Name, s.Type)
+	}
+	if s.StringData["token-id"] != "abcdef" || s.StringData["token-secret"] != "0123456789abcdef" || s.StringData["expiration"] != "2030-01-02T03:04:05Z" {
+		t.Errorf("data = %v", s.StringData)
+	}
+	if bootstrapTokenSecretName("abcdef") != "bootstrap-token-abcdef" {
+		t.Errorf("bootstrapTokenSecretName = %q", bootstrapTokenSecretName("abcdef"))
+	}
+	if _, err := bootstrapTokenSecret(token.BootstrapToken{ID: "BAD"}, token.K0sWorkerToken, expires); err == nil {
+		t.Error("an invalid token was accepted")
+	}
+}
