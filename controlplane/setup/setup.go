@@ -56,6 +56,9 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if err := (&webhooks.KairosControlPlane{}).SetupWebhookWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the KairosControlPlane webhook: %w", err)
 	}
+	if err := (&webhooks.ScaleValidator{Client: mgr.GetAPIReader()}).SetupWebhookWithManager(mgr); err != nil {
+		return fmt.Errorf("setting up the KairosControlPlane scale webhook: %w", err)
+	}
 	if err := (&webhooks.KairosControlPlaneTemplate{}).SetupWebhookWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the KairosControlPlaneTemplate webhook: %w", err)
 	}

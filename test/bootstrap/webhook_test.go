@@ -128,7 +128,7 @@ var invalidCases = []struct {
 	}, []string{"spec.k3s", "set distribution: k3s"}},
 	{"k0s --single", func(s *bootstrapv1.KairosConfigSpec) {
 		s.K0s = &bootstrapv1.DistributionOptions{Args: []string{"--single"}}
-	}, []string{"spec.k0s.args[0]", "use spec.singleNode"}},
+	}, []string{"spec.k0s.args[0]", "singleNode on a KairosConfig"}},
 	{"k0s --token-file", func(s *bootstrapv1.KairosConfigSpec) {
 		s.K0s = &bootstrapv1.DistributionOptions{Args: []string{"--token-file=/x"}}
 	}, []string{"spec.k0s.args[0]", "workerTokenSecretRef"}},

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -91,6 +92,25 @@ func TestScaleSubresource(t *testing.T) {
 	}
 	if got := getKCP(); *got.Spec.Replicas != 1 {
 		t.Fatalf("spec.replicas = %d after refused scale requests", *got.Spec.Replicas)
+	}
+
+	// A scale the spec forbids is refused by the scale webhook: maxSurge 0 needs 3 replicas.
+	surge0 := getKCP()
+	zero := intstr.FromInt32(0)
+	surge0.Spec.Replicas = ptr.To[int32](3)
+	surge0.Spec.Rollout.Strategy.RollingUpdate.MaxSurge = &zero
+	if err := c.Update(ctx, surge0); err != nil {
+		t.Fatal(err)
+	}
+	s = getScale()
+	s.Spec.Replicas = 2
+	err := c.SubResource("scale").Update(ctx, cp, client.WithSubResourceBody(s))
+	assertRejected(t, err, []string{"spec.rollout.strategy.rollingUpdate.maxSurge", "use maxSurge 1 or at least 3 replicas"})
+	surge0 = getKCP()
+	surge0.Spec.Rollout.Strategy.RollingUpdate.MaxSurge = ptr.To(intstr.FromInt32(1))
+	surge0.Spec.Replicas = ptr.To[int32](1)
+	if err := c.Update(ctx, surge0); err != nil {
+		t.Fatal(err)
 	}
 
 	// The object stays editable after scaling: the webhooks see the scaled spec.

@@ -16,12 +16,8 @@
 package controlplane_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -29,9 +25,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	ctrl "sigs.k8s.io/controller-runtime"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
@@ -65,14 +59,8 @@ func run(m *testing.M) int {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 
-	webhooks, err := os.MkdirTemp("", "kairos-webhooks-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = os.RemoveAll(webhooks) }()
-
-	mgmt, err = startManagement(webhooks)
+	var err error
+	mgmt, err = startManagement()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -89,7 +77,7 @@ func run(m *testing.M) int {
 // providers whose CRDs and webhooks the API server gets.
 var providers = []string{"bootstrap", "controlplane"}
 
-func startManagement(webhookDir string) (*framework.Environment, error) {
+func startManagement() (*framework.Environment, error) {
 	capi, err := framework.CAPICRDFiles()
 	if err != nil {
 		return nil, err
@@ -106,59 +94,11 @@ func startManagement(webhookDir string) (*framework.Environment, error) {
 	if err != nil {
 		return nil, err
 	}
+	var dirs []string
 	for _, p := range providers {
-		if err := writePrefixedWebhooks(filepath.Join(root, p, "config", "webhook", "manifests.yaml"), webhookDir, "kairos-"+p+"-"); err != nil {
-			return nil, err
-		}
+		dirs = append(dirs, filepath.Join(root, p, "config", "webhook"))
 	}
-	return framework.Start(framework.Options{CRDs: crds, WebhookDirs: []string{webhookDir}, Scheme: scheme})
-}
-
-// writePrefixedWebhooks copies the webhook configurations of a controller-gen manifests file
-// into dir with prefix added to their names, as each provider's kustomize namePrefix does.
-// Both providers' controller-gen outputs name their configurations
-// mutating-webhook-configuration and validating-webhook-configuration; envtest installs
-// configurations of one name by updating the first, so installing
-// bootstrap/config/webhook and controlplane/config/webhook as they are would leave only the
-// control-plane provider's webhooks.
-func writePrefixedWebhooks(manifests, dir, prefix string) error {
-	data, err := os.ReadFile(manifests)
-	if err != nil {
-		return fmt.Errorf("%w (run `make generate`)", err)
-	}
-	var out bytes.Buffer
-	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
-	found := 0
-	for {
-		u := &unstructured.Unstructured{}
-		if err := dec.Decode(&u.Object); err != nil {
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			return fmt.Errorf("%s: %w", manifests, err)
-		}
-		if u.Object == nil {
-			continue
-		}
-		switch u.GetKind() {
-		case "MutatingWebhookConfiguration", "ValidatingWebhookConfiguration":
-		default:
-			continue
-		}
-		found++
-		u.SetName(prefix + u.GetName())
-		doc, err := json.Marshal(u.Object)
-		if err != nil {
-			return err
-		}
-		out.WriteString("---\n")
-		out.Write(doc)
-		out.WriteString("\n")
-	}
-	if found == 0 {
-		return fmt.Errorf("%s holds no webhook configuration", manifests)
-	}
-	return os.WriteFile(filepath.Join(dir, prefix+"manifests.yaml"), out.Bytes(), 0o600)
+	return framework.Start(framework.Options{CRDs: crds, WebhookDirs: dirs, Scheme: scheme})
 }
 
 // startManager runs one manager with both providers' controllers and webhooks, as a process

@@ -157,6 +157,16 @@ var invalidControlPlanes = []struct {
 		[]string{"spec.kubeconfig.metadata.labels", "a b"}},
 	{"kubeconfig certificate lifetime", func(s *cpSpec) { s.Kubeconfig.ClientCertificateValiditySeconds = ptr.To[int32](60) },
 		[]string{"spec.kubeconfig.clientCertificateValiditySeconds", "greater than or equal to 3600"}},
+	// naming templates are rendered, not only parsed
+	{"naming renders an invalid name", func(s *cpSpec) { s.MachineNaming.Template = "{{ .random }}_X" },
+		[]string{"spec.machineNaming.template", "not a valid Machine name"}},
+	{"naming uses an unknown key", func(s *cpSpec) { s.MachineNaming.Template = "{{ .random }}-{{ .cluster.nam }}" },
+		[]string{"spec.machineNaming.template", "use .cluster.name, .kairosControlPlane.name and .random"}},
+	// the embedded KairosConfig spec must render, as the bootstrap provider would
+	{"embedded spec conflicts with a fragment", func(s *cpSpec) {
+		s.KairosConfigSpec.Hostname = "node-1"
+		s.KairosConfigSpec.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "host", Content: "hostname: other"}}
+	}, []string{"spec.kairosConfigSpec", "cannot be built", `"host"`}},
 }
 
 func assertRejected(t *testing.T, err error, want []string) {

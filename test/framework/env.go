@@ -19,7 +19,9 @@ import (
 	"sync"
 	"time"
 
+	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
@@ -168,11 +170,15 @@ func Start(o Options) (*Environment, error) {
 	if err != nil {
 		return nil, err
 	}
+	mutating, validating, err := loadWebhooks(o.WebhookDirs)
+	if err != nil {
+		return nil, err
+	}
 	env := &envtest.Environment{
 		BinaryAssetsDirectory: dir,
 		CRDs:                  o.CRDs,
 		ErrorIfCRDPathMissing: true,
-		WebhookInstallOptions: envtest.WebhookInstallOptions{Paths: o.WebhookDirs},
+		WebhookInstallOptions: envtest.WebhookInstallOptions{MutatingWebhooks: mutating, ValidatingWebhooks: validating},
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -214,4 +220,58 @@ func (e *Environment) AdminKubeconfig() ([]byte, error) {
 		return nil, err
 	}
 	return user.KubeConfig()
+}
+
+// loadWebhooks reads controller-gen webhook manifests. Every provider's generated
+// configurations have the same names (its kustomize namePrefix makes them unique when
+// installed), and envtest would silently let one overwrite the other: prefix them with the
+// provider's folder name (bootstrap, controlplane, core) the same way.
+func loadWebhooks(dirs []string) ([]*admissionv1.MutatingWebhookConfiguration, []*admissionv1.ValidatingWebhookConfiguration, error) {
+	var (
+		mutating   []*admissionv1.MutatingWebhookConfiguration
+		validating []*admissionv1.ValidatingWebhookConfiguration
+	)
+	for _, dir := range dirs {
+		prefix := filepath.Base(filepath.Dir(filepath.Dir(filepath.Clean(dir)))) + "-"
+		files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+		if err != nil {
+			return nil, nil, err
+		}
+		if len(files) == 0 {
+			return nil, nil, fmt.Errorf("no webhook manifests in %s: run make generate", dir)
+		}
+		for _, f := range files {
+			data, err := os.ReadFile(f)
+			if err != nil {
+				return nil, nil, err
+			}
+			dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+			for {
+				u := &unstructured.Unstructured{}
+				if err := dec.Decode(&u.Object); err != nil {
+					if errors.Is(err, io.EOF) {
+						break
+					}
+					return nil, nil, fmt.Errorf("%s: %w", f, err)
+				}
+				switch u.GetKind() {
+				case "MutatingWebhookConfiguration":
+					w := &admissionv1.MutatingWebhookConfiguration{}
+					if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, w); err != nil {
+						return nil, nil, err
+					}
+					w.Name = prefix + w.Name
+					mutating = append(mutating, w)
+				case "ValidatingWebhookConfiguration":
+					w := &admissionv1.ValidatingWebhookConfiguration{}
+					if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, w); err != nil {
+						return nil, nil, err
+					}
+					w.Name = prefix + w.Name
+					validating = append(validating, w)
+				}
+			}
+		}
+	}
+	return mutating, validating, nil
 }

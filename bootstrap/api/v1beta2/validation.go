@@ -34,17 +34,17 @@ const redacted = "<redacted>"
 // generated configuration, so admission rejects them with the field to use instead.
 var managedArgs = map[Distribution]map[string]string{
 	DistributionK0s: {
-		"--single":        "k0s --single refuses every join: remove it and use spec.singleNode for a one-node control plane",
-		"--token-file":    "the provider writes the join token itself: remove it (override with spec.workerTokenSecretRef)",
-		"--config":        "the provider writes /etc/k0s/k0s.yaml: put ClusterConfig settings in spec.k0s.config",
+		"--single":        "k0s --single refuses every join: remove it; a one-node control plane comes from singleNode on a KairosConfig, or replicas: 1 on a KairosControlPlane",
+		"--token-file":    "the provider writes the join token itself: remove it (to supply a worker token, use workerTokenSecretRef)",
+		"--config":        "the provider writes /etc/k0s/k0s.yaml: put ClusterConfig settings in the k0s config field",
 		"--enable-worker": "the provider always runs controllers with a kubelet: remove it",
-		"--no-taints":     "the provider removes the control-plane taint in single-node mode: use spec.singleNode",
+		"--no-taints":     "the provider removes the control-plane taint in single-node mode: remove it",
 	},
 	DistributionK3s: {
 		"--cluster-init": "the provider initializes etcd on the first server: remove it",
 		"--server":       "the provider points joining nodes at the control-plane endpoint: remove it",
-		"--token":        "the provider supplies the cluster token: remove it (override with spec.workerTokenSecretRef)",
-		"--token-file":   "the provider supplies the cluster token: remove it (override with spec.workerTokenSecretRef)",
+		"--token":        "the provider supplies the cluster token: remove it (to supply a worker token, use workerTokenSecretRef)",
+		"--token-file":   "the provider supplies the cluster token: remove it (to supply a worker token, use workerTokenSecretRef)",
 	},
 }
 

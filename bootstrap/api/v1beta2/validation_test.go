@@ -364,15 +364,15 @@ func validationCases() []validationCase {
 		arg  string
 		fix  string
 	}{
-		{bootstrapv1.DistributionK0s, "--single", "use spec.singleNode"},
-		{bootstrapv1.DistributionK0s, "--token-file=/etc/k0s/token", "spec.workerTokenSecretRef"},
-		{bootstrapv1.DistributionK0s, "--config=/etc/k0s/other.yaml", "put ClusterConfig settings in spec.k0s.config"},
+		{bootstrapv1.DistributionK0s, "--single", "singleNode on a KairosConfig"},
+		{bootstrapv1.DistributionK0s, "--token-file=/etc/k0s/token", "use workerTokenSecretRef"},
+		{bootstrapv1.DistributionK0s, "--config=/etc/k0s/other.yaml", "put ClusterConfig settings in the k0s config field"},
 		{bootstrapv1.DistributionK0s, "--enable-worker", "remove it"},
-		{bootstrapv1.DistributionK0s, "  --no-taints", "use spec.singleNode"},
+		{bootstrapv1.DistributionK0s, "  --no-taints", "single-node mode: remove it"},
 		{bootstrapv1.DistributionK3s, "--cluster-init", "remove it"},
 		{bootstrapv1.DistributionK3s, "--server=https://x:6443", "remove it"},
-		{bootstrapv1.DistributionK3s, "--token=abc", "spec.workerTokenSecretRef"},
-		{bootstrapv1.DistributionK3s, "--token-file=/x", "spec.workerTokenSecretRef"},
+		{bootstrapv1.DistributionK3s, "--token=abc", "use workerTokenSecretRef"},
+		{bootstrapv1.DistributionK3s, "--token-file=/x", "use workerTokenSecretRef"},
 	}
 	for _, m := range managed {
 		cases = append(cases, validationCase{

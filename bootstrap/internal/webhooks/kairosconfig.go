@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/bootstrap/dryrun"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-bootstrap-cluster-x-k8s-io-v1beta2-kairosconfig,mutating=true,failurePolicy=fail,groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigs,versions=v1beta2,name=default.kairosconfig.bootstrap.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
@@ -86,7 +87,7 @@ func validateSpec(spec *bootstrapv1.KairosConfigSpec, fld *field.Path, kind, nam
 	defaulted.Default()
 	errs = append(errs, defaulted.Validate(fld)...)
 	if len(errs) == 0 {
-		errs = append(errs, dryRender(defaulted, fld)...)
+		errs = append(errs, dryrun.Render(defaulted, fld)...)
 	}
 	warnings := defaulted.Warnings(fld)
 	if len(errs) == 0 {

@@ -15,6 +15,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/bootstrap/dryrun"
 	"github.com/kairos-capi/kairos-capi/common/render"
 )
 
@@ -397,15 +398,15 @@ func TestDryRender(t *testing.T) {
 			if errs := spec.Validate(field.NewPath("spec")); len(errs) != 0 {
 				t.Fatalf("the case must pass field validation: %v", errs.ToAggregate())
 			}
-			errs := dryRender(spec, field.NewPath("spec", "template", "spec"))
+			errs := dryrun.Render(spec, field.NewPath("spec", "template", "spec"))
 			if tc.want == nil {
 				if len(errs) != 0 {
-					t.Fatalf("dryRender: %v", errs.ToAggregate())
+					t.Fatalf("dryrun.Render: %v", errs.ToAggregate())
 				}
 				return
 			}
 			if len(errs) != 1 {
-				t.Fatalf("dryRender = %v, want one error", errs)
+				t.Fatalf("dryrun.Render = %v, want one error", errs)
 			}
 			e := errs[0]
 			if e.Field != "spec.template.spec" || e.Type != field.ErrorTypeInvalid {
@@ -434,11 +435,11 @@ func TestDryRenderDoesNotModifyTheSpec(t *testing.T) {
 		{Name: "b", Position: bootstrapv1.FragmentAppend, Content: "a: b\n"},
 	}
 	before := spec.DeepCopy()
-	if errs := dryRender(spec, field.NewPath("spec")); len(errs) != 0 {
+	if errs := dryrun.Render(spec, field.NewPath("spec")); len(errs) != 0 {
 		t.Fatal(errs)
 	}
 	if spec.CloudConfigFragments[0].Name != "a" || len(spec.CloudConfigFragments) != 2 || spec.CloudConfigFragments[1].Name != before.CloudConfigFragments[1].Name {
-		t.Fatalf("dryRender changed the caller's fragments: %+v", spec.CloudConfigFragments)
+		t.Fatalf("dryrun.Render changed the caller's fragments: %+v", spec.CloudConfigFragments)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"text/template"
 
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
@@ -154,8 +155,8 @@ func validateShared(fld *field.Path, dist bootstrapv1.Distribution, cfg *bootstr
 		p := fld.Child("machineNaming", "template")
 		if !strings.Contains(naming.Template, "{{ .random }}") {
 			errs = append(errs, field.Invalid(p, naming.Template, "must contain {{ .random }} so that Machine names are unique"))
-		} else if _, err := template.New("name").Parse(naming.Template); err != nil {
-			errs = append(errs, field.Invalid(p, naming.Template, "is not a valid Go template: "+err.Error()))
+		} else if _, err := MachineName(naming.Template, "cluster", "controlplane", "abcde"); err != nil {
+			errs = append(errs, field.Invalid(p, naming.Template, err.Error()))
 		}
 	}
 	errs = append(errs, kubeconfig.ObjectMeta.Validate(fld.Child("kubeconfig", "metadata"))...)
@@ -163,3 +164,28 @@ func validateShared(fld *field.Path, dist bootstrapv1.Distribution, cfg *bootstr
 }
 
 func isZeroConfigSpec(s *bootstrapv1.KairosConfigSpec) bool { return reflect.ValueOf(*s).IsZero() }
+
+// MachineName renders a machine naming template (the default one when empty) and checks the
+// result is a valid Machine name.
+func MachineName(tmpl, clusterName, controlPlaneName, random string) (string, error) {
+	if tmpl == "" {
+		tmpl = DefaultMachineNamingTemplate
+	}
+	t, err := template.New("name").Option("missingkey=error").Parse(tmpl)
+	if err != nil {
+		return "", fmt.Errorf("is not a valid Go template: %v", err)
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, map[string]any{
+		"cluster":            map[string]string{"name": clusterName},
+		"kairosControlPlane": map[string]string{"name": controlPlaneName},
+		"random":             random,
+	}); err != nil {
+		return "", fmt.Errorf("cannot be rendered (use .cluster.name, .kairosControlPlane.name and .random): %v", err)
+	}
+	name := b.String()
+	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+		return "", fmt.Errorf("renders %q, which is not a valid Machine name: %s", name, strings.Join(msgs, "; "))
+	}
+	return name, nil
+}

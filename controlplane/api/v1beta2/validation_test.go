@@ -117,7 +117,7 @@ var invalidSpecs = []struct {
 	}, "spec.kairosConfigSpec.k3s", []string{"set distribution: k3s"}},
 	{"embedded k0s --single", func(s *controlplanev1.KairosControlPlaneSpec) {
 		s.KairosConfigSpec.K0s = &bootstrapv1.DistributionOptions{Args: []string{"--single"}}
-	}, "spec.kairosConfigSpec.k0s.args[0]", []string{"use spec.singleNode"}},
+	}, "spec.kairosConfigSpec.k0s.args[0]", []string{"replicas: 1 on a KairosControlPlane"}},
 	{"embedded k3s --cluster-init with k3s", func(s *controlplanev1.KairosControlPlaneSpec) {
 		s.Distribution = bootstrapv1.DistributionK3s
 		s.KairosConfigSpec.K3s = &bootstrapv1.DistributionOptions{Args: []string{"--cluster-init"}}

@@ -15,6 +15,8 @@ import (
 
 	"sigs.k8s.io/cluster-api/util/topology"
 
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/bootstrap/dryrun"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 
@@ -43,14 +45,26 @@ func (w *KairosControlPlane) Default(_ context.Context, c *controlplanev1.Kairos
 // ValidateCreate validates a new control plane.
 func (w *KairosControlPlane) ValidateCreate(_ context.Context, c *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
 	spec := defaulted(c)
-	return spec.Warnings(field.NewPath("spec")), invalid("KairosControlPlane", c.Name, spec.Validate(field.NewPath("spec")))
+	errs := spec.Validate(field.NewPath("spec"))
+	return spec.Warnings(field.NewPath("spec")), invalid("KairosControlPlane", c.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, field.NewPath("spec")))
 }
 
 // ValidateUpdate validates a change: the distribution is fixed and the version only moves
 // forward, one minor at a time.
 func (w *KairosControlPlane) ValidateUpdate(_ context.Context, oldC, newC *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
 	spec := defaulted(newC)
-	return spec.Warnings(field.NewPath("spec")), invalid("KairosControlPlane", newC.Name, spec.ValidateUpdate(defaulted(oldC), field.NewPath("spec")))
+	errs := spec.ValidateUpdate(defaulted(oldC), field.NewPath("spec"))
+	return spec.Warnings(field.NewPath("spec")), invalid("KairosControlPlane", newC.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, field.NewPath("spec")))
+}
+
+// withDryRun adds the bootstrap provider's dry render of the inline KairosConfig spec, so that a
+// spec every control-plane Machine would be refused data for is refused here, when the user can
+// still fix it, instead of stalling the control plane.
+func withDryRun(errs field.ErrorList, tmpl *controlplanev1.KairosConfigTemplateReference, cfg *bootstrapv1.KairosConfigSpec, dist bootstrapv1.Distribution, fld *field.Path) field.ErrorList {
+	if len(errs) > 0 || tmpl != nil {
+		return errs
+	}
+	return dryrun.Render(controlplanev1.MachineKairosConfigSpec(cfg, dist, false), fld.Child("kairosConfigSpec"))
 }
 
 // ValidateDelete allows every deletion.
@@ -126,6 +140,8 @@ func (w *KairosControlPlaneTemplate) ValidateDelete(context.Context, *controlpla
 func validateTemplate(t *controlplanev1.KairosControlPlaneTemplate) field.ErrorList {
 	spec := t.Spec.Template.Spec.DeepCopy()
 	spec.Default()
+	fld := field.NewPath("spec", "template", "spec")
 	errs := t.Spec.Template.ObjectMeta.Validate(field.NewPath("spec", "template", "metadata"))
-	return append(errs, spec.Validate(field.NewPath("spec", "template", "spec"))...)
+	errs = append(errs, spec.Validate(fld)...)
+	return withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, fld)
 }

@@ -275,9 +275,17 @@ func (r *Reconciler) clusterToConfigs(ctx context.Context, o client.Object) []ct
 		ctrl.LoggerFrom(ctx).Error(err, "Listing KairosConfigs of a Cluster", "Cluster", klog.KObj(o))
 		return nil
 	}
+	return r.requestsFor(configs.Items)
+}
+
+// requestsFor returns requests for the configs that carry this manager's watch filter: the
+// mapping functions see objects of other managers too.
+func (r *Reconciler) requestsFor(configs []bootstrapv1.KairosConfig) []ctrl.Request {
 	var reqs []ctrl.Request
-	for i := range configs.Items {
-		reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&configs.Items[i])})
+	for i := range configs {
+		if r.WatchFilterValue == "" || configs[i].Labels[clusterv1.WatchLabel] == r.WatchFilterValue {
+			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&configs[i])})
+		}
 	}
 	return reqs
 }
@@ -302,13 +310,7 @@ func (r *Reconciler) secretToConfigs(ctx context.Context, o client.Object) []ctr
 			return ptr.Deref(c.Status.Initialization.DataSecretCreated, false)
 		})
 	}
-	var reqs []ctrl.Request
-	for i := range configs.Items {
-		if r.WatchFilterValue == "" || configs.Items[i].Labels[clusterv1.WatchLabel] == r.WatchFilterValue {
-			reqs = append(reqs, ctrl.Request{NamespacedName: client.ObjectKeyFromObject(&configs.Items[i])})
-		}
-	}
-	return reqs
+	return r.requestsFor(configs.Items)
 }
 
 // clusterChangedForBootstrap passes Cluster updates that can unblock rendering: pause,

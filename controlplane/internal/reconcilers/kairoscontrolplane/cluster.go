@@ -50,8 +50,7 @@ func (r *Reconciler) reconcileCertificates(ctx context.Context, s *scope) (ctrl.
 	return ctrl.Result{}, nil
 }
 
-// reconcilePrerequisites waits for the Cluster's infrastructure and endpoint, and for the
-// templates Machines are built from.
+// reconcilePrerequisites waits for the Cluster's infrastructure and endpoint.
 func (r *Reconciler) reconcilePrerequisites(_ context.Context, s *scope) (ctrl.Result, error) {
 	switch {
 	case !ptr.Deref(s.cluster.Status.Initialization.InfrastructureProvisioned, false):

@@ -1,11 +1,9 @@
 package kairoscontrolplane
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"strings"
-	"text/template"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -15,6 +13,7 @@ import (
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -37,41 +36,13 @@ func machineLabels(s *scope) map[string]string {
 	})
 }
 
-// machineName renders the naming template.
-func machineName(s *scope) (string, error) {
-	tmpl := s.kcp.Spec.MachineNaming.Template
-	if tmpl == "" {
-		tmpl = controlplanev1.DefaultMachineNamingTemplate
-	}
-	t, err := template.New("name").Parse(tmpl)
-	if err != nil {
-		return "", fmt.Errorf("parsing spec.machineNaming.template: %w", err)
-	}
-	var b bytes.Buffer
-	if err := t.Execute(&b, map[string]any{
-		"cluster":            map[string]string{"name": s.cluster.Name},
-		"kairosControlPlane": map[string]string{"name": s.kcp.Name},
-		"random":             rand.String(5),
-	}); err != nil {
-		return "", fmt.Errorf("rendering spec.machineNaming.template: %w", err)
-	}
-	name := strings.ToLower(b.String())
-	if len(name) > 63 {
-		return "", fmt.Errorf("spec.machineNaming.template renders %q, longer than 63 characters", name)
-	}
-	return name, nil
-}
-
 // createMachine creates a control-plane Machine with its infrastructure machine (cloned from
 // the template, whatever its kind) and its KairosConfig. The etcd-member pre-terminate hook is
 // set from the start, so no Machine can go away without leaving etcd first.
 func (r *Reconciler) createMachine(ctx context.Context, s *scope, failureDomain string, extraAnnotations map[string]string) error {
-	if s.baseConfig == nil {
-		return fmt.Errorf("the KairosConfig spec is not available: %s", s.configTemplateErr)
-	}
-	name, err := machineName(s)
+	name, err := controlplanev1.MachineName(s.kcp.Spec.MachineNaming.Template, s.cluster.Name, s.kcp.Name, rand.String(5))
 	if err != nil {
-		return err
+		return fmt.Errorf("spec.machineNaming.template %s", err)
 	}
 	labels := machineLabels(s)
 	annotations := s.kcp.Spec.MachineTemplate.ObjectMeta.Annotations
@@ -134,6 +105,8 @@ func (r *Reconciler) createMachine(ctx context.Context, s *scope, failureDomain 
 			FailureDomain:     failureDomain,
 			ReadinessGates:    spec.ReadinessGates,
 			Deletion:          machineDeletion(s),
+			// A control-plane Machine is available as soon as it is ready.
+			MinReadySeconds: ptr.To[int32](0),
 		},
 	}
 	if err := r.Client.Create(ctx, machine); err != nil {
@@ -196,6 +169,7 @@ func (r *Reconciler) syncMachines(ctx context.Context, s *scope) (ctrl.Result, e
 		m.Annotations = mergeMaps(m.Annotations, annotations)
 		m.Spec.Deletion = machineDeletion(s)
 		m.Spec.ReadinessGates = s.kcp.Spec.MachineTemplate.Spec.ReadinessGates
+		m.Spec.MinReadySeconds = ptr.To[int32](0)
 		ok, reasons := s.upToDate(m)
 		cond := metav1.Condition{Type: clusterv1.MachineUpToDateCondition, Status: metav1.ConditionTrue, Reason: clusterv1.MachineUpToDateReason}
 		if !ok {

@@ -58,6 +58,11 @@ func maxSurge(s *scope) int {
 
 // scaleUp adds one Machine in the control-plane failure domain with the fewest up-to-date ones.
 func (r *Reconciler) scaleUp(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if s.baseConfig == nil {
+		// No watch covers the KairosConfigTemplate: look again later.
+		s.halt("%s", s.configTemplateErr)
+		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+	}
 	active := s.activeMachines()
 	if active.Len() > 0 {
 		if ok, err := r.preflight(ctx, s, nil); err != nil || !ok {

@@ -1,4 +1,7 @@
-package webhooks
+// Package dryrun builds the Kairos document of a KairosConfig spec with placeholder
+// credentials, so that admission (of KairosConfigs, and of KairosControlPlanes embedding one)
+// refuses specs the renderer would refuse later, when a Machine would wait forever for data.
+package dryrun
 
 import (
 	"fmt"
@@ -33,12 +36,12 @@ var placeholders = sync.OnceValues(func() (*render.PKI, error) {
 	return &out, nil
 })
 
-// dryRender builds the document with placeholder credentials, so that conflicts between the
-// user's input and what the provider generates (a file path or key set twice, a k0s config
-// that contradicts the generated one) are refused at admission instead of surfacing later as a
-// Machine that never gets bootstrap data. Content read from Secrets is not known here: files
-// and manifests get placeholder content, fragments from Secrets are checked at render time.
-func dryRender(spec *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
+// Render builds the document of a defaulted spec with placeholder credentials and reports, at
+// fld, conflicts between the user's input and what the provider generates (a file path or key
+// set twice, a k0s config that contradicts the generated one). Content read from Secrets is
+// not known here: files and manifests get placeholder content, and fragments from Secrets are
+// checked at render time.
+func Render(spec *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	ph, err := placeholders()
 	if err != nil {
 		return field.ErrorList{field.InternalError(fld, fmt.Errorf("generating placeholder credentials: %w", err))}
