@@ -76,3 +76,19 @@ $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)
 	mv $(BIN)/controller-gen $(CONTROLLER_GEN)
+
+##@ Release
+
+.PHONY: release-repo
+release-repo: ## Add a provider release to a clusterctl repository tree: PROVIDER=bootstrap|controlplane VERSION=vX.Y.Z [OUT=out]
+	@if [ -z "$(PROVIDER)" ] || [ -z "$(VERSION)" ]; then \
+		echo "usage: make release-repo PROVIDER=bootstrap|controlplane VERSION=vX.Y.Z [OUT=out]"; exit 2; fi
+	cd release && go run ./cmd/release -provider "$(PROVIDER)" -version "$(VERSION)" -out "$(abspath $(or $(OUT),out))"
+
+.PHONY: goreleaser-check
+goreleaser-check: ## Validate .goreleaser.yaml with the pinned goreleaser (built from source and cached on first use).
+	"$$(./hack/goreleaser.sh)" check
+
+.PHONY: goreleaser-snapshot
+goreleaser-snapshot: ## Build both manager binaries for this platform into dist/ (goreleaser snapshot, no images).
+	"$$(./hack/goreleaser.sh)" build --snapshot --clean --single-target

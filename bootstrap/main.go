@@ -16,6 +16,9 @@ import (
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
+// version and commit are set by the release build (-ldflags -X).
+var version, commit = "dev", ""
+
 func main() {
 	var (
 		tokenTTL    time.Duration
@@ -23,6 +26,8 @@ func main() {
 	)
 	manager.Main(manager.Provider{
 		Name:             setup.ControllerName,
+		Version:          version,
+		Commit:           commit,
 		LeaderElectionID: "kairos-bootstrap-manager-leader-election",
 		AddToScheme:      setup.AddToScheme,
 		Cache:            manager.CacheOptions,

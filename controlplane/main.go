@@ -16,10 +16,15 @@ import (
 // +kubebuilder:rbac:groups=authentication.k8s.io,resources=tokenreviews,verbs=create
 // +kubebuilder:rbac:groups=authorization.k8s.io,resources=subjectaccessreviews,verbs=create
 
+// version and commit are set by the release build (-ldflags -X).
+var version, commit = "dev", ""
+
 func main() {
 	var concurrency int
 	manager.Main(manager.Provider{
 		Name:             setup.ControllerName,
+		Version:          version,
+		Commit:           commit,
 		LeaderElectionID: "kairos-controlplane-manager-leader-election",
 		AddToScheme:      setup.AddToScheme,
 		Cache:            manager.CacheOptions,

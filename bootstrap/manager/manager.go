@@ -89,6 +89,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 type Provider struct {
 	// Name identifies the manager, e.g. in user agents.
 	Name string
+	// Version and Commit are stamped into the binary at release time and logged at start.
+	Version, Commit string
 	// LeaderElectionID names the leader election lease.
 	LeaderElectionID string
 	// AddToScheme adds the APIs the provider reads.
@@ -166,7 +168,7 @@ func run(ctx context.Context, p Provider, o *Options) error {
 	if err := p.Setup(ctx, mgr, o); err != nil {
 		return err
 	}
-	ctrl.Log.WithName("setup").Info("Starting manager", "provider", p.Name)
+	ctrl.Log.WithName("setup").Info("Starting manager", "provider", p.Name, "version", p.Version, "commit", p.Commit)
 	return mgr.Start(ctx)
 }
 

@@ -172,7 +172,7 @@ func TestControlPlaneManagerDeployment(t *testing.T) {
 	assert.Equal(t, cpPrefix+"controller-manager", d.Name)
 	assert.Equal(t, "manager", c.Name, "clusterctl requires the container to be named manager")
 	assert.Equal(t, cpManagerImage, c.Image)
-	assert.Equal(t, []string{"/manager"}, c.Command)
+	assert.Empty(t, c.Command, "the image entrypoint (ko puts the binary at /ko-app/<name>) must run, not an overridden command")
 
 	assert.ElementsMatch(t, []string{
 		"--leader-elect",
