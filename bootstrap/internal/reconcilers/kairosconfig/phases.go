@@ -14,6 +14,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/bootstrap/clustersecret"
@@ -170,7 +171,7 @@ func (r *Reconciler) reconcileReferencedSecrets(ctx context.Context, s *scope) (
 
 // reconcileCredentials gathers the certificates and join token the node's role needs.
 func (r *Reconciler) reconcileCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
-	initialized := ptr.Deref(s.cluster.Status.Initialization.ControlPlaneInitialized, false)
+	initialized := controlPlaneInitialized(s.cluster)
 	isControlPlane := s.config.Spec.Role == bootstrapv1.RoleControlPlane
 	switch {
 	case isControlPlane && !initialized:
@@ -322,4 +323,12 @@ func (r *Reconciler) reconcileDataSecret(ctx context.Context, s *scope) (ctrl.Re
 		return ctrl.Result{RequeueAfter: r.tokenRefreshInterval()}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// controlPlaneInitialized reads the Cluster's initialization: from a control-plane provider's
+// status field, or, without one, from the ControlPlaneInitialized condition Cluster API sets
+// when the first control-plane Machine has a node.
+func controlPlaneInitialized(c *clusterv1.Cluster) bool {
+	return ptr.Deref(c.Status.Initialization.ControlPlaneInitialized, false) ||
+		conditions.IsTrue(c, clusterv1.ClusterControlPlaneInitializedCondition)
 }

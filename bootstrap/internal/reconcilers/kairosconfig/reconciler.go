@@ -325,7 +325,7 @@ func (clusterChangedForBootstrap) Update(e event.UpdateEvent) bool {
 	}
 	return ptr.Deref(oldC.Spec.Paused, false) != ptr.Deref(newC.Spec.Paused, false) ||
 		ptr.Deref(oldC.Status.Initialization.InfrastructureProvisioned, false) != ptr.Deref(newC.Status.Initialization.InfrastructureProvisioned, false) ||
-		ptr.Deref(oldC.Status.Initialization.ControlPlaneInitialized, false) != ptr.Deref(newC.Status.Initialization.ControlPlaneInitialized, false) ||
+		controlPlaneInitialized(oldC) != controlPlaneInitialized(newC) ||
 		oldC.Spec.ControlPlaneEndpoint != newC.Spec.ControlPlaneEndpoint
 }
 

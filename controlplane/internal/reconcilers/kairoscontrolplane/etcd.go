@@ -73,7 +73,14 @@ func (r *Reconciler) etcdMemberships(ctx context.Context, s *scope) (etcdMembers
 		return nil, fmt.Errorf("listing k0s EtcdMembers: %w", err)
 	}
 	for _, item := range list.Items {
-		members[item.GetName()] = k0sMemberJoined(&item)
+		// k0s keeps the EtcdMember of a member that left (leave true, Joined false): it is
+		// no member any more.
+		leave, _, _ := unstructured.NestedBool(item.Object, "spec", "leave")
+		joined := k0sMemberJoined(&item)
+		if leave && !joined {
+			continue
+		}
+		members[item.GetName()] = joined
 	}
 	return members, nil
 }

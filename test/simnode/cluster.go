@@ -1,0 +1,511 @@
+package simnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kairos-capi/kairos-capi/common/pki"
+	"github.com/kairos-capi/kairos-capi/common/render"
+	"github.com/kairos-capi/kairos-capi/common/token"
+)
+
+// Cluster is a simulated workload cluster: a real etcd and kube-apiserver listening on the
+// cluster endpoint, started by the first control-plane node with the PKI it was given, and the
+// parts of k0s / k3s that joining nodes talk to (k0s' join API, the k3s supervisor, the
+// controller-manager's CSR approval and signing), simulated in-process.
+type Cluster struct {
+	reg          *Registry
+	endpoint     string
+	distribution render.Distribution
+	dir          string
+	pki          *clusterPKI
+
+	// k3sToken is the cluster token of the init server; k3sEtcd tells whether the cluster runs
+	// embedded etcd (--cluster-init).
+	k3sToken string
+	k3sEtcd  bool
+	// single is k0s --single: the controller refuses every join.
+	single bool
+
+	etcd, apiserver *process
+	config          *rest.Config
+	client          client.Client
+	kube            kubernetes.Interface
+
+	crdOnce sync.Once
+	crdErr  error
+
+	mu      sync.Mutex
+	members map[string]*EtcdMember
+	stopped bool
+	cancel  context.CancelFunc
+	loop    chan struct{}
+}
+
+// EtcdMember is one member of a simulated cluster's etcd.
+type EtcdMember struct {
+	// Name is the etcd member name: the node name for k0s, <node name>-<8 hex> for k3s.
+	Name string
+	// NodeName is the Node of the server running the member.
+	NodeName string
+	// MemberID is the member's id in hex.
+	MemberID string
+	// PeerAddress is the member's (simulated, unique) peer IP address.
+	PeerAddress string
+}
+
+// Endpoint is host:port of the cluster's API server.
+func (c *Cluster) Endpoint() string { return c.endpoint }
+
+// Distribution is the cluster's distribution.
+func (c *Cluster) Distribution() render.Distribution { return c.distribution }
+
+// AdminConfig returns a cluster-admin rest.Config of the workload API server (a client
+// certificate of system:masters signed with the cluster CA).
+func (c *Cluster) AdminConfig() *rest.Config { return rest.CopyConfig(c.config) }
+
+// AdminClient returns a cluster-admin client of the workload API server.
+func (c *Cluster) AdminClient() client.Client { return c.client }
+
+// Running tells whether the API server is up.
+func (c *Cluster) Running() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.stopped && !c.apiserver.exited()
+}
+
+// EtcdMembers lists the current members of the cluster's etcd, by name. A member that left
+// (k0s EtcdMember spec.leave, k3s etcd.k3s.cattle.io/remove) is no longer listed.
+func (c *Cluster) EtcdMembers() []EtcdMember {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]EtcdMember, 0, len(c.members))
+	for _, m := range c.members {
+		out = append(out, *m)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// startCluster starts the workload API server of an init node. The node's PKI is copied to
+// the cluster's own directory: the server outlives the node.
+func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, cp *clusterPKI) (*Cluster, error) {
+	host, portStr, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.Atoi(portStr)
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(r.dir, "cluster-"+portStr+"-")
+	if err != nil {
+		return nil, err
+	}
+	c := &Cluster{
+		reg: r, endpoint: endpoint, distribution: p.distribution, dir: dir, pki: cp,
+		members: map[string]*EtcdMember{}, loop: make(chan struct{}),
+		single: p.distribution == render.K0s && p.flags.bool("single"),
+	}
+	if p.distribution == render.K3s {
+		t, err := p.token()
+		if err != nil {
+			return nil, err
+		}
+		if err := checkK3sToken(t, cp.serverCA.Cert); err != nil {
+			return nil, refuse(ReasonBootstrapDataRefused, "k3s server token: %v", err)
+		}
+		c.k3sToken, c.k3sEtcd = t, p.flags.bool("cluster-init")
+	}
+	if err := c.start(ctx, host, port); err != nil {
+		c.stopProcesses()
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) write(name string, data []byte) (string, error) {
+	path := filepath.Join(c.dir, name)
+	return path, os.WriteFile(path, data, 0o600)
+}
+
+// start runs etcd and kube-apiserver and waits until the API server is ready.
+func (c *Cluster) start(ctx context.Context, host string, port int) error {
+	assets := c.reg.assets
+	cp := c.pki
+	files := map[string][]byte{
+		"client-ca.crt": cp.clientCA.Cert, "server-ca.crt": cp.serverCA.Cert,
+		"front-proxy-ca.crt": cp.frontProxyCA.Cert, "etcd-ca.crt": cp.etcdCA.Cert,
+		"sa-verify.key": cp.saVerify, "sa-sign.key": cp.saSign,
+	}
+	issue := []struct {
+		name   string
+		ca     pki.KeyPair
+		server bool
+		cn     string
+		orgs   []string
+		sans   []string
+	}{
+		{"serving", cp.serverCA, true, "kube-apiserver", nil, []string{
+			host, "127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
+			"kubernetes.default.svc.cluster.local", "10.96.0.1"}},
+		{"etcd-server", cp.etcdCA, true, "etcd", nil, []string{"127.0.0.1", "localhost"}},
+		{"apiserver-etcd-client", cp.etcdCA, false, "kube-apiserver-etcd-client", nil, nil},
+		{"front-proxy-client", cp.frontProxyCA, false, "front-proxy-client", nil, nil},
+		{"admin", cp.clientCA, false, "kairos-sim-admin", []string{"system:masters"}, nil},
+	}
+	issued := map[string]*pki.KeyPair{}
+	for _, i := range issue {
+		var kp *pki.KeyPair
+		var err error
+		if i.server {
+			kp, err = i.ca.SignServer(i.cn, i.sans, 24*time.Hour)
+		} else {
+			kp, err = i.ca.SignClient(i.cn, i.orgs, 24*time.Hour)
+		}
+		if err != nil {
+			return fmt.Errorf("issuing the %s certificate: %w", i.name, err)
+		}
+		issued[i.name] = kp
+		files[i.name+".crt"], files[i.name+".key"] = kp.Cert, kp.Key
+	}
+	paths := map[string]string{}
+	for name, data := range files {
+		path, err := c.write(name, data)
+		if err != nil {
+			return err
+		}
+		paths[name] = path
+	}
+
+	etcdPort, err := freePort()
+	if err != nil {
+		return err
+	}
+	etcdURL := "https://127.0.0.1:" + strconv.Itoa(etcdPort)
+	c.etcd, err = startProcess(c.dir, "etcd", filepath.Join(assets, "etcd"), []string{
+		"--name=default",
+		"--data-dir=" + filepath.Join(c.dir, "etcd-data"),
+		"--listen-client-urls=" + etcdURL,
+		"--advertise-client-urls=" + etcdURL,
+		"--listen-peer-urls=http://127.0.0.1:0",
+		"--cert-file=" + paths["etcd-server.crt"],
+		"--key-file=" + paths["etcd-server.key"],
+		"--trusted-ca-file=" + paths["etcd-ca.crt"],
+		"--client-cert-auth=true",
+		"--unsafe-no-fsync=true",
+		"--log-level=warn",
+	})
+	if err != nil {
+		return err
+	}
+	c.apiserver, err = startProcess(c.dir, "kube-apiserver", filepath.Join(assets, "kube-apiserver"), []string{
+		"--advertise-address=127.0.0.1",
+		"--bind-address=" + host,
+		"--secure-port=" + strconv.Itoa(port),
+		"--cert-dir=" + filepath.Join(c.dir, "apiserver-certs"),
+		"--tls-cert-file=" + paths["serving.crt"],
+		"--tls-private-key-file=" + paths["serving.key"],
+		"--client-ca-file=" + paths["client-ca.crt"],
+		"--etcd-servers=" + etcdURL,
+		"--etcd-cafile=" + paths["etcd-ca.crt"],
+		"--etcd-certfile=" + paths["apiserver-etcd-client.crt"],
+		"--etcd-keyfile=" + paths["apiserver-etcd-client.key"],
+		"--service-account-key-file=" + paths["sa-verify.key"],
+		"--service-account-signing-key-file=" + paths["sa-sign.key"],
+		"--service-account-issuer=https://kubernetes.default.svc",
+		"--requestheader-client-ca-file=" + paths["front-proxy-ca.crt"],
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + paths["front-proxy-client.crt"],
+		"--proxy-client-key-file=" + paths["front-proxy-client.key"],
+		"--enable-bootstrap-token-auth=true",
+		"--authorization-mode=Node,RBAC",
+		"--service-cluster-ip-range=10.96.0.0/12",
+		"--allow-privileged=true",
+		// The node lifecycle controller that would lift the not-ready taint does not run.
+		"--disable-admission-plugins=TaintNodesByCondition",
+		"--profiling=false",
+	})
+	if err != nil {
+		return err
+	}
+
+	admin := issued["admin"]
+	c.config = &rest.Config{
+		Host: "https://" + c.endpoint,
+		TLSClientConfig: rest.TLSClientConfig{
+			CAData: cp.serverCA.Cert, CertData: admin.Cert, KeyData: admin.Key,
+		},
+		QPS: 50, Burst: 100,
+	}
+	scheme := runtime.NewScheme()
+	_ = clientgoscheme.AddToScheme(scheme)
+	_ = apiextensionsv1.AddToScheme(scheme)
+	if c.client, err = client.New(c.config, client.Options{Scheme: scheme}); err != nil {
+		return err
+	}
+	if c.kube, err = kubernetes.NewForConfig(c.config); err != nil {
+		return err
+	}
+	if err := c.waitReady(ctx, 90*time.Second); err != nil {
+		return err
+	}
+	return c.bootstrap(ctx)
+}
+
+// waitReady polls /readyz until it answers ok.
+func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		if c.apiserver.exited() {
+			return fmt.Errorf("kube-apiserver exited: %v\n%s", c.apiserver.err, c.apiserver.logTail(20))
+		}
+		if c.etcd.exited() {
+			return fmt.Errorf("etcd exited: %v\n%s", c.etcd.err, c.etcd.logTail(20))
+		}
+		body, err := c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err == nil && strings.TrimSpace(string(body)) == "ok" {
+			return nil
+		}
+		last = err
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return fmt.Errorf("kube-apiserver not ready after %s: %v\n%s", timeout, last, c.apiserver.logTail(20))
+}
+
+// bootstrap creates what the distribution's first controller creates before anyone joins.
+func (c *Cluster) bootstrap(ctx context.Context) error {
+	if c.distribution != render.K0s {
+		return nil
+	}
+	// k0s lets bootstrap-token users (workers) request and get kubelet client certificates.
+	for name, role := range map[string]string{
+		"kairos-sim:kubelet-bootstrap":          "system:node-bootstrapper",
+		"kairos-sim:node-autoapprove-bootstrap": "system:certificates.k8s.io:certificatesigningrequests:nodeclient",
+	} {
+		b := &rbacv1.ClusterRoleBinding{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+			Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.GroupKind, Name: "system:bootstrappers"}},
+		}
+		if err := c.client.Create(ctx, b); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating ClusterRoleBinding %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// start the background loop that honours etcd leave requests.
+func (c *Cluster) startLoop() {
+	ctx, cancel := context.WithCancel(context.Background())
+	c.cancel = cancel
+	go func() {
+		defer close(c.loop)
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(time.Second):
+			}
+			c.reconcileMembership(ctx)
+		}
+	}()
+}
+
+// Stop stops the cluster's API server and etcd and removes its files.
+func (c *Cluster) Stop() {
+	c.mu.Lock()
+	if c.stopped {
+		c.mu.Unlock()
+		return
+	}
+	c.stopped = true
+	c.mu.Unlock()
+	if c.cancel != nil {
+		c.cancel()
+		<-c.loop
+	}
+	c.stopProcesses()
+	_ = os.RemoveAll(c.dir)
+}
+
+// stopProcesses kills the API server and etcd: the simulated machines are switched off, and
+// nothing of their state is kept.
+func (c *Cluster) stopProcesses() {
+	c.apiserver.stop(0)
+	c.etcd.stop(0)
+}
+
+// issueClientCert signs a client certificate with the cluster's client CA.
+func (c *Cluster) issueClientCert(cn string, orgs []string) (*pki.KeyPair, error) {
+	return c.pki.clientCA.SignClient(cn, orgs, 24*time.Hour)
+}
+
+// configFor returns a rest.Config for a client certificate, trusting caCert for the server.
+func (c *Cluster) configFor(caCert []byte, kp *pki.KeyPair) *rest.Config {
+	return &rest.Config{
+		Host:            "https://" + c.endpoint,
+		TLSClientConfig: rest.TLSClientConfig{CAData: caCert, CertData: kp.Cert, KeyData: kp.Key},
+	}
+}
+
+// approveNodeCSR does what kube-controller-manager's csrapproving and csrsigning controllers
+// do for a kubelet's first client certificate: approve requests of bootstrap-token users for
+// system:node:<name> in system:nodes, and sign them with the cluster CA.
+func (c *Cluster) approveNodeCSR(ctx context.Context, name string) error {
+	csrs := c.kube.CertificatesV1().CertificateSigningRequests()
+	csr, err := csrs.Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	if csr.Spec.SignerName != certificatesv1.KubeAPIServerClientKubeletSignerName {
+		return fmt.Errorf("CSR %s: signer %s is not auto-approved", name, csr.Spec.SignerName)
+	}
+	if !strings.HasPrefix(csr.Spec.Username, "system:bootstrap:") || !containsString(csr.Spec.Groups, "system:bootstrappers") {
+		return fmt.Errorf("CSR %s was requested by %s %v, not by a bootstrap token", name, csr.Spec.Username, csr.Spec.Groups)
+	}
+	req, err := parseCSR(csr.Spec.Request)
+	if err != nil {
+		return fmt.Errorf("CSR %s: %w", name, err)
+	}
+	if !strings.HasPrefix(req.Subject.CommonName, "system:node:") || len(req.Subject.Organization) != 1 || req.Subject.Organization[0] != "system:nodes" {
+		return fmt.Errorf("CSR %s asks for %s %v, not a node client certificate", name, req.Subject.CommonName, req.Subject.Organization)
+	}
+	csr.Status.Conditions = append(csr.Status.Conditions, certificatesv1.CertificateSigningRequestCondition{
+		Type: certificatesv1.CertificateApproved, Status: corev1.ConditionTrue,
+		Reason: "AutoApproved", Message: "Auto approving kubelet client certificate after SubjectAccessReview.",
+	})
+	if csr, err = csrs.UpdateApproval(ctx, name, csr, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("approving CSR %s: %w", name, err)
+	}
+	certPEM, err := signCSR(c.pki.clientCA, req, 365*24*time.Hour)
+	if err != nil {
+		return fmt.Errorf("signing CSR %s: %w", name, err)
+	}
+	csr.Status.Certificate = certPEM
+	if _, err := csrs.UpdateStatus(ctx, csr, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("issuing the certificate of CSR %s: %w", name, err)
+	}
+	return nil
+}
+
+// k0sJoinAPI checks a controller join token the way k0s' join API (port 9443) does: the
+// bootstrap-token Secret must exist, hold the token's secret, allow controller joins and, as
+// k0s' token cleaner deletes expired tokens, not be expired.
+func (c *Cluster) k0sJoinAPI(ctx context.Context, t token.BootstrapToken) error {
+	if c.single {
+		return errors.New("the controller runs with --single and accepts no joins")
+	}
+	s := &corev1.Secret{}
+	err := c.client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: t.SecretName()}, s)
+	if apierrors.IsNotFound(err) {
+		return errUnauthorized("no bootstrap token " + t.ID)
+	}
+	if err != nil {
+		return err
+	}
+	if s.Type != corev1.SecretTypeBootstrapToken {
+		return errUnauthorized("secret " + s.Name + " is not a bootstrap token")
+	}
+	if string(s.Data["token-secret"]) != t.Secret {
+		return errUnauthorized("wrong secret for bootstrap token " + t.ID)
+	}
+	if string(s.Data["usage-controller-join"]) != "true" && string(s.Data["usage-bootstrap-controller-join"]) != "true" {
+		return errUnauthorized("bootstrap token " + t.ID + " does not allow controller joins")
+	}
+	if exp := string(s.Data["expiration"]); exp != "" {
+		at, err := time.Parse(time.RFC3339, exp)
+		if err != nil {
+			return errUnauthorized("bootstrap token " + t.ID + " has an unreadable expiration")
+		}
+		if time.Now().After(at) {
+			return errUnauthorized("bootstrap token " + t.ID + " expired at " + exp)
+		}
+	}
+	return nil
+}
+
+func errUnauthorized(why string) error {
+	return fmt.Errorf("join API answered 401 Unauthorized (%s)", why)
+}
+
+// k3sSupervisorJoin checks a joining k3s node's token the way the node and the supervisor
+// do: the CA hash in the token must match the server's CA (the node downloads /cacerts and
+// compares) and the password must be the cluster's.
+func (c *Cluster) k3sSupervisorJoin(t string) error {
+	hash, _, password, err := token.ParseK3sToken(t)
+	if err != nil {
+		return err
+	}
+	want, err := token.K3sCAHash(c.pki.serverCA.Cert)
+	if err != nil {
+		return err
+	}
+	if hash != want {
+		return fmt.Errorf("token CA hash %s does not match the server's CA hash %s", hash, want)
+	}
+	_, _, clusterPassword, err := token.ParseK3sToken(c.k3sToken)
+	if err != nil {
+		return err
+	}
+	if password != clusterPassword {
+		return errors.New("the supervisor answered 401 Unauthorized: the token's password is not the cluster's")
+	}
+	return nil
+}
+
+// checkK3sToken checks the token an init server was given against its CA: k3s refuses to start
+// when a secure token pins another CA than the one on disk.
+func checkK3sToken(t string, serverCA []byte) error {
+	hash, _, _, err := token.ParseK3sToken(t)
+	if err != nil {
+		return err
+	}
+	want, err := token.K3sCAHash(serverCA)
+	if err != nil {
+		return err
+	}
+	if hash != want {
+		return fmt.Errorf("token CA hash %s does not match the hash %s of server-ca.crt", hash, want)
+	}
+	return nil
+}
+
+func containsString(list []string, s string) bool {
+	for _, v := range list {
+		if v == s {
+			return true
+		}
+	}
+	return false
+}

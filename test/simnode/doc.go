@@ -1,0 +1,31 @@
+// Package simnode simulates Kairos machines that consume Cluster API bootstrap data the way a
+// real Kairos node does, and the workload clusters they form.
+//
+// A Node is handed the bootstrap Secret's value by the test infrastructure provider. It then:
+//
+//   - loads the document with test/cloudconfig exactly as a node would: Check must pass, or the
+//     node refuses it (phase Refused, reason BootstrapDataRefused); the files the document
+//     writes (RenderedFiles, after yip's templating) are written below a per-node root
+//     directory, so tests can read what the node received;
+//   - finds its distribution and role in the k0s, k0s-worker, k3s or k3s-agent block and its
+//     args, and runs the preflight the document ships (the want= line of preflight.sh against
+//     the machine's installed version): on a mismatch it refuses to start the distribution
+//     (reason PreflightFailed);
+//   - starts or joins the cluster: the first control-plane node starts a real etcd and
+//     kube-apiserver on the cluster endpoint with exactly the PKI it was given; joining
+//     controllers and workers authenticate with exactly the token they were given (k0s worker:
+//     real bootstrap-token authentication and a CertificateSigningRequest against the
+//     workload API server; k0s controller: the checks of k0s' join API; k3s: the cluster token
+//     and the CA hash it pins), and fail with reason JoinFailed otherwise;
+//   - registers its Node (providerID, labels, taints, Ready) with a kubelet client certificate,
+//     joins etcd (k0s EtcdMember objects, k3s Node annotations) when it is a server, applies the
+//     manifests of its manifest directory, and only then writes
+//     /run/cluster-api/bootstrap-success.complete below its root.
+//
+// A Cluster is the simulated workload cluster, keyed by its endpoint. Its API server belongs to
+// the cluster, not to the node that started it: it keeps running when that node goes away and
+// stops with Registry.StopCluster (KairosSimCluster deletion) or Registry.Close.
+//
+// Everything runs in the test process except etcd and kube-apiserver, which are the envtest
+// binaries (framework.Assets) started as child processes that die with the test process.
+package simnode

@@ -1,0 +1,49 @@
+package simnode
+
+import (
+	"reflect"
+	"testing"
+)
+
+func TestParseArgs(t *testing.T) {
+	f := parseArgs([]string{
+		"--config=/etc/k0s/k0s.yaml", "--enable-worker", "--no-taints",
+		"--labels a=b,c=d", "--taints", "x=y:NoSchedule", "--node-taint=k:NoExecute", "--node-taint=l=m:NoSchedule",
+	})
+	if f.value("config") != "/etc/k0s/k0s.yaml" || !f.bool("enable-worker") || !f.bool("no-taints") {
+		t.Fatalf("flags %v", f)
+	}
+	if got := f.list("labels"); !reflect.DeepEqual(got, []string{"a=b", "c=d"}) {
+		t.Errorf("labels %v", got)
+	}
+	if got := f.list("taints"); !reflect.DeepEqual(got, []string{"x=y:NoSchedule"}) {
+		t.Errorf("taints %v", got)
+	}
+	taints, err := parseTaints(f.list("node-taint"))
+	if err != nil || len(taints) != 2 || taints[0] != (taint{key: "k", effect: "NoExecute"}) || taints[1] != (taint{key: "l", value: "m", effect: "NoSchedule"}) {
+		t.Errorf("node taints %+v %v", taints, err)
+	}
+	if _, err := parseTaints([]string{"novalue"}); err == nil {
+		t.Error("a taint without effect was accepted")
+	}
+}
+
+func TestPreflight(t *testing.T) {
+	script := "#!/bin/sh\nwant=v1.31.2\ninstalled=$(k0s version)\n"
+	p := &plan{distribution: "k0s", files: map[string]string{"/usr/local/lib/kairos-capi/preflight.sh": script}}
+	if got := p.installedVersion(""); got != "v1.31.2+k0s.0" {
+		t.Errorf("default installed version %q", got)
+	}
+	for installed, ok := range map[string]bool{"v1.31.2+k0s.0": true, "v1.31.2": true, "v1.31.3+k0s.0": false, "": false} {
+		if err := p.preflight(installed); (err == nil) != ok {
+			t.Errorf("installed %q: %v", installed, err)
+		}
+	}
+	pinned := &plan{distribution: "k3s", files: map[string]string{"/usr/local/lib/kairos-capi/preflight.sh": "want=v1.31.2+k3s1\n"}}
+	if err := pinned.preflight("v1.31.2+k3s2"); err == nil {
+		t.Error("a pinned build accepted another build")
+	}
+	if kubeletVersion("v1.31.2+k0s.0") != "v1.31.2+k0s" || kubeletVersion("v1.31.2+k3s1") != "v1.31.2+k3s1" {
+		t.Error("kubelet versions")
+	}
+}

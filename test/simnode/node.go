@@ -1,0 +1,784 @@
+package simnode
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kairos-capi/kairos-capi/common/render"
+	"github.com/kairos-capi/kairos-capi/common/token"
+)
+
+// Phase is where a simulated node is in its life.
+type Phase string
+
+const (
+	// PhaseBooting: the node is starting or joining its distribution (and retrying, like a real
+	// service restarted by systemd, when it cannot yet).
+	PhaseBooting Phase = "Booting"
+	// PhaseRunning: the distribution is up.
+	PhaseRunning Phase = "Running"
+	// PhaseRefused: the node refuses its bootstrap data for good (the document does not load,
+	// or the preflight check fails); it never starts the distribution.
+	PhaseRefused Phase = "Refused"
+	// PhaseStopped: the machine is gone.
+	PhaseStopped Phase = "Stopped"
+)
+
+// Reasons a node reports in its Status.
+const (
+	ReasonBooting = "Booting"
+	// ReasonBootstrapDataRefused: the document fails the checks a node's loader applies, or lacks
+	// what the distribution needs (PKI, token file, ...).
+	ReasonBootstrapDataRefused = "BootstrapDataRefused"
+	// ReasonPreflightFailed: the installed distribution is not the version the data requires.
+	ReasonPreflightFailed = "PreflightFailed"
+	// ReasonWaitingForControlPlane: nothing serves the endpoint the node joins (yet).
+	ReasonWaitingForControlPlane = "WaitingForControlPlane"
+	// ReasonJoinFailed: the cluster rejected the node's credentials (token, CA).
+	ReasonJoinFailed = "JoinFailed"
+	// ReasonStartFailed: the API server of an init node did not come up.
+	ReasonStartFailed = "StartFailed"
+	// ReasonClusterExists: an init node found a cluster already running at its endpoint.
+	ReasonClusterExists = "ClusterAlreadyExists"
+	// ReasonRunning: the distribution is up and the sentinel written.
+	ReasonRunning = "Running"
+	// ReasonNoSentinel: the distribution is up but the document never starts the unit that
+	// writes the bootstrap sentinel.
+	ReasonNoSentinel = "SentinelNotWritten"
+	// ReasonStopped: the machine is gone.
+	ReasonStopped = "Stopped"
+)
+
+// Status is what a node reports.
+type Status struct {
+	Phase   Phase
+	Reason  string
+	Message string
+	// NodeName is the name the node registers (its hostname), once its document is loaded.
+	NodeName string
+	// Sentinel tells that /run/cluster-api/bootstrap-success.complete exists.
+	Sentinel bool
+}
+
+// NodeSpec is what a simulated machine hands its node.
+type NodeSpec struct {
+	// Namespace and Name identify the KairosSimMachine; Name is the node name when the
+	// document sets no hostname.
+	Namespace, Name string
+	// ProviderID is registered on the Node. Default: ProviderID(Namespace, Name).
+	ProviderID string
+	// Endpoint is host:port of the machine's cluster (the KairosSimCluster's endpoint).
+	Endpoint string
+	// Data is the bootstrap document (the bootstrap Secret's value).
+	Data []byte
+	// InstalledVersion is what the image ships (KairosSimMachine spec.installedVersion); empty
+	// means what the document requires.
+	InstalledVersion string
+}
+
+// Node is one simulated Kairos node.
+type Node struct {
+	reg       *Registry
+	spec      NodeSpec
+	root      string
+	machineID string
+	peerIP    string
+
+	mu      sync.Mutex
+	status  Status
+	plan    *plan
+	cluster *Cluster
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+func newNode(r *Registry, spec NodeSpec, root, peerIP string) *Node {
+	return &Node{
+		reg: r, spec: spec, root: root, peerIP: peerIP, machineID: randomHex(16),
+		status: Status{Phase: PhaseBooting, Reason: ReasonBooting, Message: "loading the bootstrap data"},
+		done:   make(chan struct{}),
+	}
+}
+
+// ProviderID is the node's provider ID.
+func (n *Node) ProviderID() string { return n.spec.ProviderID }
+
+// Spec returns what the node was started with.
+func (n *Node) Spec() NodeSpec { return n.spec }
+
+// Root is the node's root directory: the files its document writes are below it.
+func (n *Node) Root() string { return n.root }
+
+// Status returns the node's current status.
+func (n *Node) Status() Status {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.status
+}
+
+// Name returns the node name, once known.
+func (n *Node) Name() string { return n.Status().NodeName }
+
+// Cluster returns the workload cluster the node started or joined, or nil.
+func (n *Node) Cluster() *Cluster {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.cluster
+}
+
+// Distribution and Role tell what the node's document made of it (empty before it is loaded).
+func (n *Node) Distribution() render.Distribution {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.plan == nil {
+		return ""
+	}
+	return n.plan.distribution
+}
+
+// Role is the node's role: control-plane or worker.
+func (n *Node) Role() render.Role {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.plan == nil {
+		return ""
+	}
+	return n.plan.role
+}
+
+// Files returns the files the node's document writes, by path, as the node wrote them.
+func (n *Node) Files() map[string]string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := map[string]string{}
+	if n.plan != nil {
+		for k, v := range n.plan.files {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// ReadFile reads a file of the node by its path on the node.
+func (n *Node) ReadFile(path string) ([]byte, error) {
+	return os.ReadFile(n.hostPath(path))
+}
+
+// SentinelExists tells whether the node wrote the Cluster API bootstrap sentinel.
+func (n *Node) SentinelExists() bool {
+	_, err := os.Stat(n.hostPath(render.SentinelPath))
+	return err == nil
+}
+
+func (n *Node) hostPath(path string) string {
+	return filepath.Join(n.root, filepath.Clean("/"+path))
+}
+
+func (n *Node) setStatus(s Status) {
+	n.mu.Lock()
+	if n.status.Phase == PhaseStopped {
+		n.mu.Unlock()
+		return
+	}
+	s.NodeName = n.status.NodeName
+	s.Sentinel = n.status.Sentinel
+	changed := s != n.status
+	n.status = s
+	n.mu.Unlock()
+	if changed {
+		n.reg.log.V(1).Info("Node status", "providerID", n.spec.ProviderID, "phase", s.Phase, "reason", s.Reason, "message", s.Message)
+		n.reg.notify(NodeEvent{Namespace: n.spec.Namespace, Name: n.spec.Name, ProviderID: n.spec.ProviderID})
+	}
+}
+
+func (n *Node) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	n.cancel = cancel
+	go func() {
+		defer close(n.done)
+		n.run(ctx)
+	}()
+}
+
+func (n *Node) stop() {
+	if n.cancel != nil {
+		n.cancel()
+		<-n.done
+	}
+	n.mu.Lock()
+	changed := n.status.Phase != PhaseStopped
+	n.status.Phase, n.status.Reason, n.status.Message = PhaseStopped, ReasonStopped, "the machine was deleted"
+	n.mu.Unlock()
+	if changed {
+		n.reg.notify(NodeEvent{Namespace: n.spec.Namespace, Name: n.spec.Name, ProviderID: n.spec.ProviderID})
+	}
+}
+
+// transient is a failure the node retries, as systemd restarts a failing service.
+type transient struct {
+	reason string
+	err    error
+}
+
+func (t *transient) Error() string { return t.err.Error() }
+
+func retry(reason string, format string, args ...any) error {
+	return &transient{reason: reason, err: fmt.Errorf(format, args...)}
+}
+
+// run is the node's life: load the document, write its files, pass the preflight, start or
+// join the distribution (retrying), then write the sentinel.
+func (n *Node) run(ctx context.Context) {
+	p, err := parseDocument(n.spec.Data, n.machineID)
+	if err != nil {
+		n.fail(err)
+		return
+	}
+	name := p.hostname
+	if name == "" {
+		name = n.spec.Name
+	}
+	n.mu.Lock()
+	n.plan = p
+	n.status.NodeName = name
+	n.mu.Unlock()
+	if err := n.writeFiles(p.files); err != nil {
+		n.fail(retry(ReasonStartFailed, "writing the node's files: %v", err))
+		return
+	}
+	// The network stage runs the pre-commands once (simulated: not executed) and marks them.
+	if _, ok := p.files[render.PreCommandsScript]; ok {
+		_ = n.writeFile(render.PreCommandsMarker, "")
+	}
+	installed := p.installedVersion(n.spec.InstalledVersion)
+	if err := p.preflight(installed); err != nil {
+		n.fail(err)
+		return
+	}
+
+	backoff := time.Second
+	for {
+		err := n.boot(ctx, p, name, installed)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		var r *refusal
+		if errors.As(err, &r) {
+			n.fail(err)
+			return
+		}
+		reason := ReasonStartFailed
+		var t *transient
+		if errors.As(err, &t) {
+			reason = t.reason
+		}
+		n.setStatus(Status{Phase: PhaseBooting, Reason: reason, Message: err.Error()})
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		if backoff < 4*time.Second {
+			backoff *= 2
+		}
+	}
+
+	// kairos-capi-bootstrap.service: wait for the service, run the post-commands (simulated),
+	// write the sentinel.
+	if !p.startsBootstrapUnit() {
+		n.setStatus(Status{Phase: PhaseRunning, Reason: ReasonNoSentinel,
+			Message: "the distribution is up, but the document never starts " + render.BootstrapUnit + ", so no bootstrap sentinel is written"})
+		return
+	}
+	if _, ok := p.files[render.PostCommandsScript]; ok {
+		_ = n.writeFile(render.PostCommandsMarker, "")
+	}
+	if err := n.writeFile(render.SentinelPath, "success\n"); err != nil {
+		n.fail(retry(ReasonStartFailed, "writing the sentinel: %v", err))
+		return
+	}
+	n.mu.Lock()
+	n.status.Sentinel = true
+	n.mu.Unlock()
+	n.setStatus(Status{Phase: PhaseRunning, Reason: ReasonRunning, Message: fmt.Sprintf("%s %s is up", p.distribution, installed)})
+}
+
+func (n *Node) fail(err error) {
+	var r *refusal
+	if errors.As(err, &r) {
+		n.setStatus(Status{Phase: PhaseRefused, Reason: r.reason, Message: r.err.Error()})
+		return
+	}
+	reason := ReasonStartFailed
+	var t *transient
+	if errors.As(err, &t) {
+		reason = t.reason
+	}
+	n.setStatus(Status{Phase: PhaseRefused, Reason: reason, Message: err.Error()})
+}
+
+func (n *Node) writeFiles(files map[string]string) error {
+	for path, content := range files {
+		if err := n.writeFile(path, content); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (n *Node) writeFile(path, content string) error {
+	p := n.hostPath(path)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(p, []byte(content), 0o600)
+}
+
+// boot starts or joins the distribution once.
+func (n *Node) boot(ctx context.Context, p *plan, name, installed string) error {
+	switch {
+	case p.role == render.RoleControlPlane && p.init:
+		return n.bootInit(ctx, p, name, installed)
+	case p.role == render.RoleControlPlane:
+		return n.bootJoinServer(ctx, p, name, installed)
+	case p.distribution == render.K0s:
+		return n.bootK0sWorker(ctx, p, name, installed)
+	default:
+		return n.bootK3sAgent(ctx, p, name, installed)
+	}
+}
+
+// checkEndpoint makes sure a server serves the endpoint of its machine's cluster: bootstrap data
+// rendered for another endpoint would leave the cluster unreachable.
+func (n *Node) checkEndpoint(p *plan) error {
+	ep, err := p.serverEndpoint()
+	if err != nil {
+		return err
+	}
+	if ep != n.spec.Endpoint {
+		return refuse(ReasonBootstrapDataRefused, "the document serves the API at %s, but the machine's cluster endpoint is %s", ep, n.spec.Endpoint)
+	}
+	return nil
+}
+
+func (n *Node) bootInit(ctx context.Context, p *plan, name, installed string) error {
+	if err := n.checkEndpoint(p); err != nil {
+		return err
+	}
+	cp, err := readPKI(p)
+	if err != nil {
+		return err
+	}
+	c, err := n.reg.initCluster(ctx, n.spec.Endpoint, p, cp)
+	if err != nil {
+		var r *refusal
+		if errors.As(err, &r) {
+			return err
+		}
+		return retry(ReasonStartFailed, "starting the API server: %v", err)
+	}
+	return n.startServer(ctx, c, p, name, installed)
+}
+
+func (n *Node) bootJoinServer(ctx context.Context, p *plan, name, installed string) error {
+	if err := n.checkEndpoint(p); err != nil {
+		return err
+	}
+	t, err := p.token()
+	if err != nil {
+		return err
+	}
+	var c *Cluster
+	if p.distribution == render.K0s {
+		info, err := token.ParseK0sJoinToken(t)
+		if err != nil {
+			return refuse(ReasonBootstrapDataRefused, "the controller join token: %v", err)
+		}
+		if info.Role != token.K0sControllerToken {
+			return refuse(ReasonJoinFailed, "the join token is a %s token: a controller needs a controller token", info.Role)
+		}
+		joinAPI, err := serverURLEndpoint(info.Server)
+		if err != nil {
+			return refuse(ReasonBootstrapDataRefused, "the controller join token: %v", err)
+		}
+		host, _, _ := net.SplitHostPort(n.spec.Endpoint)
+		if joinAPI != net.JoinHostPort(host, fmt.Sprint(token.K0sJoinAPIPort)) {
+			return retry(ReasonWaitingForControlPlane, "no k0s join API answers at %s (the cluster's controllers serve it at %s)", joinAPI, net.JoinHostPort(host, fmt.Sprint(token.K0sJoinAPIPort)))
+		}
+		if c = n.runningCluster(n.spec.Endpoint); c == nil {
+			return retry(ReasonWaitingForControlPlane, "no k0s join API answers at %s yet", joinAPI)
+		}
+		if !sameCertificates(info.CACert, c.pki.serverCA.Cert) {
+			return retry(ReasonJoinFailed, "x509: the join API's certificate is not signed by the join token's %s", describeCA(info.CACert))
+		}
+		if err := c.k0sJoinAPI(ctx, info.Token); err != nil {
+			return retry(ReasonJoinFailed, "%v", err)
+		}
+	} else {
+		ep, err := serverURLEndpoint(p.flags.value("server"))
+		if err != nil {
+			return refuse(ReasonBootstrapDataRefused, "--server: %v", err)
+		}
+		if c = n.runningCluster(ep); c == nil {
+			return retry(ReasonWaitingForControlPlane, "no k3s server answers at %s yet", ep)
+		}
+		if err := c.k3sSupervisorJoin(t); err != nil {
+			return retry(ReasonJoinFailed, "%v", err)
+		}
+	}
+	if ca := joinerCA(p); len(ca) > 0 && !sameCertificates(ca, c.pki.serverCA.Cert) {
+		return refuse(ReasonBootstrapDataRefused, "the node was given %s, but the cluster runs with %s", describeCA(ca), describeCA(c.pki.serverCA.Cert))
+	}
+	return n.startServer(ctx, c, p, name, installed)
+}
+
+// runningCluster returns the cluster serving an endpoint, or nil.
+func (n *Node) runningCluster(endpoint string) *Cluster {
+	c := n.reg.Cluster(endpoint)
+	if c == nil || !c.Running() {
+		return nil
+	}
+	return c
+}
+
+// startServer runs a control-plane node on its cluster: etcd membership, kubelet (when the
+// controller runs one), manifests.
+func (n *Node) startServer(ctx context.Context, c *Cluster, p *plan, name, installed string) error {
+	n.mu.Lock()
+	n.cluster = c
+	n.mu.Unlock()
+
+	labels := map[string]string{"node-role.kubernetes.io/control-plane": "true"}
+	var taints []taint
+	var err error
+	runsKubelet := true
+	if p.distribution == render.K0s {
+		runsKubelet = p.flags.bool("enable-worker") || p.flags.bool("single")
+		if !p.flags.bool("no-taints") && !p.flags.bool("single") {
+			taints = append(taints, taint{key: "node-role.kubernetes.io/control-plane", effect: "NoSchedule"})
+		}
+		if err := c.joinK0sEtcd(ctx, name, n.peerIP); err != nil {
+			return retry(ReasonStartFailed, "joining etcd: %v", err)
+		}
+	} else {
+		labels["node-role.kubernetes.io/master"] = "true"
+		if c.k3sEtcd {
+			labels[K3sEtcdRoleLabel] = "true"
+		}
+	}
+	extra, err := n.roleLabelsAndTaints(p)
+	if err != nil {
+		return err
+	}
+	for k, v := range extra.labels {
+		labels[k] = v
+	}
+	taints = append(taints, extra.taints...)
+
+	if runsKubelet {
+		kp, err := c.issueClientCert("system:node:"+name, []string{"system:nodes"})
+		if err != nil {
+			return retry(ReasonStartFailed, "issuing the kubelet certificate: %v", err)
+		}
+		if err := n.register(ctx, c, c.configFor(c.pki.serverCA.Cert, kp), name, installed, labels, taints); err != nil {
+			return err
+		}
+		if p.distribution == render.K3s && c.k3sEtcd {
+			m := &EtcdMember{Name: name + "-" + randomHex(4), NodeName: name, MemberID: randomHex(8), PeerAddress: n.peerIP}
+			if err := n.annotateK3sMember(ctx, c, name, m); err != nil {
+				return retry(ReasonStartFailed, "publishing the etcd member: %v", err)
+			}
+			c.addMember(m)
+		}
+	}
+	if err := c.applyManifests(ctx, p); err != nil {
+		var r *refusal
+		if errors.As(err, &r) {
+			return err
+		}
+		return retry(ReasonStartFailed, "%v", err)
+	}
+	return nil
+}
+
+// annotateK3sMember records a k3s server's etcd member on its Node, as k3s does.
+func (n *Node) annotateK3sMember(ctx context.Context, c *Cluster, name string, m *EtcdMember) error {
+	node := &corev1.Node{}
+	if err := c.client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return err
+	}
+	if node.Annotations == nil {
+		node.Annotations = map[string]string{}
+	}
+	node.Annotations[K3sNodeNameAnnotation] = m.Name
+	node.Annotations[K3sNodeAddressAnnotation] = m.PeerAddress
+	if !containsString(node.Finalizers, K3sEtcdFinalizer) {
+		node.Finalizers = append(node.Finalizers, K3sEtcdFinalizer)
+	}
+	return c.client.Update(ctx, node)
+}
+
+type labelsAndTaints struct {
+	labels map[string]string
+	taints []taint
+}
+
+// roleLabelsAndTaints reads the node labels and taints the distribution's args ask for.
+func (n *Node) roleLabelsAndTaints(p *plan) (labelsAndTaints, error) {
+	labelFlag, taintFlag := "labels", "taints"
+	if p.distribution == render.K3s {
+		labelFlag, taintFlag = "node-label", "node-taint"
+	}
+	labels, err := parseLabels(p.flags.list(labelFlag))
+	if err != nil {
+		return labelsAndTaints{}, refuse(ReasonBootstrapDataRefused, "--%s: %v", labelFlag, err)
+	}
+	taints, err := parseTaints(p.flags.list(taintFlag))
+	if err != nil {
+		return labelsAndTaints{}, refuse(ReasonBootstrapDataRefused, "--%s: %v", taintFlag, err)
+	}
+	return labelsAndTaints{labels: labels, taints: taints}, nil
+}
+
+func (n *Node) bootK0sWorker(ctx context.Context, p *plan, name, installed string) error {
+	t, err := p.token()
+	if err != nil {
+		return err
+	}
+	info, err := token.ParseK0sJoinToken(t)
+	if err != nil {
+		return refuse(ReasonBootstrapDataRefused, "the worker join token: %v", err)
+	}
+	if info.Role != token.K0sWorkerToken {
+		return refuse(ReasonJoinFailed, "the join token is a %s token: a worker needs a worker token", info.Role)
+	}
+	ep, err := serverURLEndpoint(info.Server)
+	if err != nil {
+		return refuse(ReasonBootstrapDataRefused, "the worker join token: %v", err)
+	}
+	c := n.runningCluster(ep)
+	if c == nil {
+		return retry(ReasonWaitingForControlPlane, "no API server answers at %s yet", info.Server)
+	}
+	// The kubelet's TLS bootstrap, with the join token's kubeconfig: it trusts the token's CA
+	// and authenticates with the bootstrap token.
+	bootstrap := &rest.Config{Host: info.Server, BearerToken: info.Token.String(), TLSClientConfig: rest.TLSClientConfig{CAData: info.CACert}, Timeout: 10 * time.Second}
+	kube, err := kubernetes.NewForConfig(bootstrap)
+	if err != nil {
+		return refuse(ReasonBootstrapDataRefused, "the worker join token: %v", err)
+	}
+	csrPEM, keyPEM, err := newKubeletCSR(name)
+	if err != nil {
+		return retry(ReasonStartFailed, "creating the kubelet key: %v", err)
+	}
+	csr, err := kube.CertificatesV1().CertificateSigningRequests().Create(ctx, &certificatesv1.CertificateSigningRequest{
+		ObjectMeta: metav1.ObjectMeta{GenerateName: "node-csr-"},
+		Spec: certificatesv1.CertificateSigningRequestSpec{
+			Request:    csrPEM,
+			SignerName: certificatesv1.KubeAPIServerClientKubeletSignerName,
+			Usages:     []certificatesv1.KeyUsage{certificatesv1.UsageDigitalSignature, certificatesv1.UsageClientAuth},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return retry(ReasonJoinFailed, "the API server refused the kubelet's bootstrap credentials: %v", err)
+	}
+	if want := "system:bootstrap:" + info.Token.ID; csr.Spec.Username != want || !containsString(csr.Spec.Groups, "system:bootstrappers") {
+		return retry(ReasonJoinFailed, "the API server saw the kubelet as %s %v, not as %s", csr.Spec.Username, csr.Spec.Groups, want)
+	}
+	if err := c.approveNodeCSR(ctx, csr.Name); err != nil {
+		return retry(ReasonJoinFailed, "the kubelet's certificate request was not approved: %v", err)
+	}
+	csr, err = kube.CertificatesV1().CertificateSigningRequests().Get(ctx, csr.Name, metav1.GetOptions{})
+	if err != nil {
+		return retry(ReasonJoinFailed, "reading the kubelet certificate: %v", err)
+	}
+	if len(csr.Status.Certificate) == 0 {
+		return retry(ReasonJoinFailed, "the kubelet's certificate request %s has no certificate", csr.Name)
+	}
+	kubelet := &rest.Config{Host: info.Server, TLSClientConfig: rest.TLSClientConfig{CAData: info.CACert, CertData: csr.Status.Certificate, KeyData: keyPEM}}
+	extra, err := n.roleLabelsAndTaints(p)
+	if err != nil {
+		return err
+	}
+	if err := n.register(ctx, c, kubelet, name, installed, extra.labels, extra.taints); err != nil {
+		return err
+	}
+	return n.writeFile("/var/lib/k0s/kubelet.conf", "# kubelet client certificate issued by "+csr.Name+"\n")
+}
+
+func (n *Node) bootK3sAgent(ctx context.Context, p *plan, name, installed string) error {
+	t, err := p.token()
+	if err != nil {
+		return err
+	}
+	server := p.flags.value("server")
+	ep, err := serverURLEndpoint(server)
+	if err != nil {
+		return refuse(ReasonBootstrapDataRefused, "--server: %v", err)
+	}
+	c := n.runningCluster(ep)
+	if c == nil {
+		return retry(ReasonWaitingForControlPlane, "no k3s server answers at %s yet", server)
+	}
+	if err := c.k3sSupervisorJoin(t); err != nil {
+		return retry(ReasonJoinFailed, "%v", err)
+	}
+	// The supervisor issues the agent's kubelet client certificate.
+	kp, err := c.issueClientCert("system:node:"+name, []string{"system:nodes"})
+	if err != nil {
+		return retry(ReasonStartFailed, "issuing the kubelet certificate: %v", err)
+	}
+	extra, err := n.roleLabelsAndTaints(p)
+	if err != nil {
+		return err
+	}
+	if err := n.register(ctx, c, c.configFor(c.pki.serverCA.Cert, kp), name, installed, extra.labels, extra.taints); err != nil {
+		return err
+	}
+	return n.writeFile("/var/lib/rancher/k3s/agent/kubelet.kubeconfig", "# kubelet client certificate issued by the supervisor\n")
+}
+
+// register creates the node's Node object with the kubelet's own credentials (the Node
+// authorizer lets a kubelet create and update only its own Node), then reports it Ready.
+func (n *Node) register(ctx context.Context, c *Cluster, kubelet *rest.Config, name, installed string, labels map[string]string, taints []taint) error {
+	kube, err := kubernetes.NewForConfig(kubelet)
+	if err != nil {
+		return retry(ReasonStartFailed, "kubelet client: %v", err)
+	}
+	all := map[string]string{
+		corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: "amd64",
+	}
+	for k, v := range labels {
+		all[k] = v
+	}
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: all},
+		Spec:       corev1.NodeSpec{ProviderID: n.spec.ProviderID},
+	}
+	for _, t := range taints {
+		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: t.key, Value: t.value, Effect: corev1.TaintEffect(t.effect)})
+	}
+	created, err := kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		existing, gerr := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+		if gerr != nil {
+			return retry(ReasonStartFailed, "reading the existing Node %s: %v", name, gerr)
+		}
+		if existing.Spec.ProviderID != "" && existing.Spec.ProviderID != n.spec.ProviderID {
+			return retry(ReasonStartFailed, "a Node %s already exists for %s", name, existing.Spec.ProviderID)
+		}
+		existing.Labels, existing.Spec.ProviderID, existing.Spec.Taints = all, n.spec.ProviderID, node.Spec.Taints
+		created, err = kube.CoreV1().Nodes().Update(ctx, existing, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		if apierrors.IsUnauthorized(err) || apierrors.IsForbidden(err) {
+			return retry(ReasonJoinFailed, "registering the Node: %v", err)
+		}
+		return retry(ReasonStartFailed, "registering the Node: %v", err)
+	}
+	now := metav1.Now()
+	created.Status = corev1.NodeStatus{
+		Conditions: []corev1.NodeCondition{
+			{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodeMemoryPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientMemory", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", LastHeartbeatTime: now, LastTransitionTime: now},
+			{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", LastHeartbeatTime: now, LastTransitionTime: now},
+		},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
+		NodeInfo: corev1.NodeSystemInfo{
+			MachineID: n.machineID, SystemUUID: n.machineID, BootID: randomHex(16),
+			KubeletVersion: kubeletVersion(installed), OSImage: "Kairos (simulated)", KernelVersion: "6.6.0-kairos-sim",
+			OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "containerd://2.0.0-sim",
+		},
+		Capacity:    nodeResources(),
+		Allocatable: nodeResources(),
+	}
+	if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+		return retry(ReasonStartFailed, "reporting the Node status: %v", err)
+	}
+	n.mu.Lock()
+	n.cluster = c
+	n.mu.Unlock()
+	return nil
+}
+
+func nodeResources() corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourceMemory: resource.MustParse("4Gi"),
+		corev1.ResourcePods: resource.MustParse("110"), corev1.ResourceEphemeralStorage: resource.MustParse("20Gi"),
+	}
+}
+
+// SetReady sets the Ready condition of the node's Node, as a kubelet that stops (or resumes)
+// posting ready status would; use it to make a Machine unhealthy for a MachineHealthCheck.
+func (n *Node) SetReady(ctx context.Context, ready bool, message string) error {
+	status, reason := corev1.ConditionTrue, "KubeletReady"
+	if !ready {
+		status, reason = corev1.ConditionFalse, "KubeletNotReady"
+		if message == "" {
+			message = "container runtime is down (simulated failure)"
+		}
+	}
+	return n.SetNodeCondition(ctx, corev1.NodeCondition{Type: corev1.NodeReady, Status: status, Reason: reason, Message: message})
+}
+
+// SetNodeCondition sets one condition of the node's Node status.
+func (n *Node) SetNodeCondition(ctx context.Context, cond corev1.NodeCondition) error {
+	c := n.Cluster()
+	name := n.Name()
+	if c == nil || name == "" {
+		return fmt.Errorf("node %s has not joined a cluster", n.spec.ProviderID)
+	}
+	for attempt := 0; ; attempt++ {
+		node := &corev1.Node{}
+		if err := c.client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return err
+		}
+		now := metav1.Now()
+		cond.LastHeartbeatTime = now
+		found := false
+		for i := range node.Status.Conditions {
+			if node.Status.Conditions[i].Type == cond.Type {
+				cond.LastTransitionTime = node.Status.Conditions[i].LastTransitionTime
+				if node.Status.Conditions[i].Status != cond.Status {
+					cond.LastTransitionTime = now
+				}
+				node.Status.Conditions[i] = cond
+				found = true
+			}
+		}
+		if !found {
+			cond.LastTransitionTime = now
+			node.Status.Conditions = append(node.Status.Conditions, cond)
+		}
+		err := c.client.Status().Update(ctx, node)
+		if err == nil || !apierrors.IsConflict(err) || attempt > 5 {
+			return err
+		}
+	}
+}
+
+// String describes the node for test messages.
+func (n *Node) String() string {
+	s := n.Status()
+	return fmt.Sprintf("node %s (%s): %s/%s: %s", n.spec.ProviderID, s.NodeName, s.Phase, s.Reason, strings.TrimSpace(s.Message))
+}

@@ -1,0 +1,300 @@
+package simnode
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/go-logr/logr"
+
+	"github.com/kairos-capi/kairos-capi/test/framework"
+)
+
+// ProviderIDPrefix starts the provider IDs of simulated machines.
+const ProviderIDPrefix = "kairos-sim://"
+
+// ProviderID is the provider ID of the simulated machine namespace/name.
+func ProviderID(namespace, name string) string {
+	return ProviderIDPrefix + namespace + "/" + name
+}
+
+// Options configure a Registry.
+type Options struct {
+	// AssetsDir holds the etcd and kube-apiserver binaries. Default: framework.Assets().
+	AssetsDir string
+	// Dir holds the nodes' root directories and the clusters' files. Default: a temporary
+	// directory that Close removes.
+	Dir string
+	// Logger receives what nodes and clusters do. Default: framework.Logger().
+	Logger *logr.Logger
+}
+
+// Registry holds the simulated nodes and workload clusters of a test process. It is the
+// "real world" the infrastructure provider acts on: it survives manager restarts.
+type Registry struct {
+	assets string
+	dir    string
+	ownDir bool
+	log    logr.Logger
+
+	mu       sync.Mutex
+	nodes    map[string]*Node    // by provider ID
+	clusters map[string]*Cluster // by endpoint
+	starting map[string]bool     // endpoints whose API server is starting
+	reserved map[int]bool        // endpoint ports handed out
+	subs     map[int]func(NodeEvent)
+	nextSub  int
+	peerSeq  int
+	closed   bool
+}
+
+// NodeEvent tells that the status of the node of a KairosSimMachine changed.
+type NodeEvent struct {
+	Namespace, Name, ProviderID string
+}
+
+// NewRegistry creates an empty registry.
+func NewRegistry(o Options) (*Registry, error) {
+	r := &Registry{
+		assets: o.AssetsDir, dir: o.Dir,
+		nodes: map[string]*Node{}, clusters: map[string]*Cluster{}, starting: map[string]bool{},
+		reserved: map[int]bool{}, subs: map[int]func(NodeEvent){},
+	}
+	if o.Logger != nil {
+		r.log = *o.Logger
+	} else {
+		r.log = framework.Logger()
+	}
+	r.log = r.log.WithName("simnode")
+	if r.assets == "" {
+		dir, err := framework.Assets()
+		if err != nil {
+			return nil, err
+		}
+		r.assets = dir
+	}
+	if r.dir == "" {
+		dir, err := os.MkdirTemp("", "kairos-simnode-")
+		if err != nil {
+			return nil, err
+		}
+		r.dir, r.ownDir = dir, true
+	} else if err := os.MkdirAll(r.dir, 0o755); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// ReserveEndpoint returns 127.0.0.1:<port> for a new cluster: a port nothing listens on and
+// that no other cluster of this registry got.
+func (r *Registry) ReserveEndpoint() (host string, port int32, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for range 20 {
+		p, err := freePort()
+		if err != nil {
+			return "", 0, err
+		}
+		if !r.reserved[p] {
+			r.reserved[p] = true
+			return "127.0.0.1", int32(p), nil
+		}
+	}
+	return "", 0, fmt.Errorf("no free port found")
+}
+
+// StartNode boots the node of a simulated machine, once: a node that exists and is not stopped
+// is returned as it is (the bootstrap data is consumed once). Booting continues in the
+// background; follow it with Node.Status or Subscribe.
+func (r *Registry) StartNode(spec NodeSpec) (*Node, error) {
+	if spec.ProviderID == "" {
+		spec.ProviderID = ProviderID(spec.Namespace, spec.Name)
+	}
+	if _, _, err := net.SplitHostPort(spec.Endpoint); err != nil {
+		return nil, fmt.Errorf("node %s: endpoint %q: %w", spec.ProviderID, spec.Endpoint, err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return nil, fmt.Errorf("the registry is closed")
+	}
+	if n := r.nodes[spec.ProviderID]; n != nil && n.Status().Phase != PhaseStopped {
+		return n, nil
+	}
+	root, err := os.MkdirTemp(r.dir, "node-"+spec.Name+"-")
+	if err != nil {
+		return nil, err
+	}
+	r.peerSeq++
+	n := newNode(r, spec, root, fmt.Sprintf("127.1.%d.%d", r.peerSeq/250, r.peerSeq%250+1))
+	r.nodes[spec.ProviderID] = n
+	n.start()
+	return n, nil
+}
+
+// Node returns the node with a provider ID, or nil.
+func (r *Registry) Node(providerID string) *Node {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.nodes[providerID]
+}
+
+// NodeFor returns the node of the KairosSimMachine namespace/name, or nil.
+func (r *Registry) NodeFor(namespace, name string) *Node {
+	return r.Node(ProviderID(namespace, name))
+}
+
+// Nodes returns every node, sorted by provider ID.
+func (r *Registry) Nodes() []*Node {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := make([]*Node, 0, len(r.nodes))
+	for _, n := range r.nodes {
+		out = append(out, n)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].spec.ProviderID < out[j].spec.ProviderID })
+	return out
+}
+
+// NodesOf returns the nodes whose machines belong to the cluster at endpoint.
+func (r *Registry) NodesOf(endpoint string) []*Node {
+	var out []*Node
+	for _, n := range r.Nodes() {
+		if n.spec.Endpoint == endpoint {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// StopNode stops a node (its machine went away). Its Node object stays in the workload cluster
+// (Cluster API deletes it) and so does its etcd membership (a leave request removes it).
+func (r *Registry) StopNode(providerID string) {
+	if n := r.Node(providerID); n != nil {
+		n.stop()
+	}
+}
+
+// Cluster returns the workload cluster at an endpoint (host:port), or nil.
+func (r *Registry) Cluster(endpoint string) *Cluster {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.clusters[endpoint]
+}
+
+// ClusterAt returns the workload cluster at host and port, or nil.
+func (r *Registry) ClusterAt(host string, port int32) *Cluster {
+	return r.Cluster(net.JoinHostPort(host, strconv.Itoa(int(port))))
+}
+
+// StopCluster stops the workload cluster at an endpoint (its infrastructure went away) and
+// every node still running for it.
+func (r *Registry) StopCluster(endpoint string) {
+	for _, n := range r.NodesOf(endpoint) {
+		n.stop()
+	}
+	r.mu.Lock()
+	c := r.clusters[endpoint]
+	delete(r.clusters, endpoint)
+	r.mu.Unlock()
+	if c != nil {
+		r.log.Info("Stopping workload cluster", "endpoint", endpoint)
+		c.Stop()
+	}
+}
+
+// Subscribe calls fn whenever the status of a node changes; the returned function
+// unsubscribes. fn must not block.
+func (r *Registry) Subscribe(fn func(NodeEvent)) (unsubscribe func()) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id := r.nextSub
+	r.nextSub++
+	r.subs[id] = fn
+	return func() {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		delete(r.subs, id)
+	}
+}
+
+func (r *Registry) notify(e NodeEvent) {
+	r.mu.Lock()
+	subs := make([]func(NodeEvent), 0, len(r.subs))
+	for _, fn := range r.subs {
+		subs = append(subs, fn)
+	}
+	r.mu.Unlock()
+	for _, fn := range subs {
+		fn(e)
+	}
+}
+
+// Close stops every node and cluster and removes the registry's directory if it created it.
+func (r *Registry) Close() {
+	r.mu.Lock()
+	r.closed = true
+	r.mu.Unlock()
+	for _, n := range r.Nodes() {
+		n.stop()
+	}
+	r.mu.Lock()
+	clusters := make([]*Cluster, 0, len(r.clusters))
+	for ep, c := range r.clusters {
+		clusters = append(clusters, c)
+		delete(r.clusters, ep)
+	}
+	r.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, c := range clusters {
+		wg.Add(1)
+		go func() { defer wg.Done(); c.Stop() }()
+	}
+	wg.Wait()
+	if r.ownDir {
+		_ = os.RemoveAll(r.dir)
+	}
+}
+
+// initCluster starts the workload cluster of an init node. A second init node for a running
+// cluster is refused: it would create another cluster behind the same endpoint.
+func (r *Registry) initCluster(ctx context.Context, endpoint string, p *plan, cp *clusterPKI) (*Cluster, error) {
+	r.mu.Lock()
+	if c := r.clusters[endpoint]; c != nil && c.Running() {
+		r.mu.Unlock()
+		return nil, refuse(ReasonClusterExists, "a cluster already runs at %s: this init node would create a second one", endpoint)
+	}
+	if r.starting[endpoint] {
+		r.mu.Unlock()
+		return nil, refuse(ReasonClusterExists, "another init node is creating the cluster at %s", endpoint)
+	}
+	r.starting[endpoint] = true
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		delete(r.starting, endpoint)
+		r.mu.Unlock()
+	}()
+
+	r.log.Info("Starting workload cluster", "endpoint", endpoint, "distribution", p.distribution)
+	c, err := r.startCluster(ctx, endpoint, p, cp)
+	if err != nil {
+		return nil, err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		go c.Stop()
+		return nil, fmt.Errorf("the registry is closed")
+	}
+	if old := r.clusters[endpoint]; old != nil {
+		go old.Stop()
+	}
+	r.clusters[endpoint] = c
+	c.startLoop()
+	return c, nil
+}

@@ -1,0 +1,306 @@
+package simnode_test
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kairos-capi/kairos-capi/common/pki"
+	"github.com/kairos-capi/kairos-capi/common/render"
+	"github.com/kairos-capi/kairos-capi/common/token"
+	"github.com/kairos-capi/kairos-capi/test/framework"
+	"github.com/kairos-capi/kairos-capi/test/simnode"
+)
+
+const version = "v1.36.3"
+
+// world is one simulated cluster driven without Cluster API: the test renders the documents
+// the bootstrap provider would.
+type world struct {
+	t        *testing.T
+	ctx      context.Context
+	reg      *simnode.Registry
+	dist     render.Distribution
+	endpoint render.Endpoint
+	pki      *render.PKI
+	k3sToken string
+}
+
+func newWorld(t *testing.T, reg *simnode.Registry, dist render.Distribution) *world {
+	t.Helper()
+	host, port, err := reg.ReserveEndpoint()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := &world{t: t, ctx: framework.Context(t), reg: reg, dist: dist, endpoint: render.Endpoint{Host: host, Port: port}}
+	w.pki = &render.PKI{}
+	for _, kp := range []*pki.KeyPair{&w.pki.ClusterCA, &w.pki.EtcdCA, &w.pki.FrontProxyCA} {
+		ca, err := pki.NewCA("sim-ca", time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		*kp = *ca
+	}
+	sa, err := pki.NewServiceAccountKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.pki.ServiceAccount = *sa
+	if dist == render.K3s {
+		if w.k3sToken, err = token.NewK3sToken(w.pki.ClusterCA.Cert); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { reg.StopCluster(w.endpointString()) })
+	return w
+}
+
+func (w *world) endpointString() string {
+	return net.JoinHostPort(w.endpoint.Host, strconv.Itoa(int(w.endpoint.Port)))
+}
+
+func (w *world) doc(n render.Node) []byte {
+	w.t.Helper()
+	n.Distribution, n.ClusterName, n.Endpoint = w.dist, "sim", w.endpoint
+	if n.KubernetesVersion == "" {
+		n.KubernetesVersion = version
+	}
+	n.Users = []render.User{{Name: "kairos", Password: "s3cret"}}
+	data, err := render.Document(n)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return data
+}
+
+func (w *world) start(name string, doc []byte, installed string) *simnode.Node {
+	w.t.Helper()
+	n, err := w.reg.StartNode(simnode.NodeSpec{Namespace: "test", Name: name, Endpoint: w.endpointString(), Data: doc, InstalledVersion: installed})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return n
+}
+
+func waitPhase(t *testing.T, n *simnode.Node, phase simnode.Phase, reason string, timeout time.Duration) {
+	t.Helper()
+	framework.Eventually(t, timeout, func() error {
+		s := n.Status()
+		if s.Phase != phase || (reason != "" && s.Reason != reason) {
+			return fmt.Errorf("%s, want %s/%s", n, phase, reason)
+		}
+		return nil
+	})
+}
+
+// workerToken registers a bootstrap token in the workload cluster and returns the join
+// credentials a worker gets.
+func (w *world) workerToken(c *simnode.Cluster, role token.K0sTokenRole) string {
+	w.t.Helper()
+	if w.dist == render.K3s {
+		return w.k3sToken
+	}
+	bt, err := token.NewBootstrapToken()
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	data, err := token.K0sBootstrapTokenSecretData(role, bt, time.Now().Add(time.Hour))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	s := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: bt.SecretName()},
+		Type:       corev1.SecretTypeBootstrapToken, StringData: data,
+	}
+	if err := c.AdminClient().Create(w.ctx, s); err != nil {
+		w.t.Fatal(err)
+	}
+	server, err := token.K0sJoinURL(role, w.endpoint.Host, w.endpoint.Port)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	jt, err := token.NewK0sJoinToken(role, server, w.pki.ClusterCA.Cert, bt)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return jt
+}
+
+func (w *world) wrongToken() string {
+	w.t.Helper()
+	if w.dist == render.K3s {
+		hash, err := token.K3sCAHash(w.pki.ClusterCA.Cert)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		t, err := token.FormatK3sToken(hash, "server", "0123456789abcdef0123456789abcdef")
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		return t
+	}
+	server, _ := token.K0sJoinURL(token.K0sWorkerToken, w.endpoint.Host, w.endpoint.Port)
+	jt, err := token.NewK0sJoinToken(token.K0sWorkerToken, server, w.pki.ClusterCA.Cert, token.BootstrapToken{ID: "abcdef", Secret: "0123456789abcdef"})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return jt
+}
+
+func node(t *testing.T, c client.Client, name string) *corev1.Node {
+	t.Helper()
+	n := &corev1.Node{}
+	if err := c.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func hasTaint(n *corev1.Node, key string) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == key {
+			return true
+		}
+	}
+	return false
+}
+
+// TestNodes drives simulated nodes directly: init, a joining control plane, a worker, a worker
+// with a wrong token, a refused document, a preflight failure, an etcd leave, and an injected
+// Ready=False.
+func TestNodes(t *testing.T) {
+	reg, err := simnode.NewRegistry(simnode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+
+	for _, dist := range []render.Distribution{render.K0s, render.K3s} {
+		t.Run(string(dist), func(t *testing.T) {
+			start := time.Now()
+			w := newWorld(t, reg, dist)
+
+			// Refused before anything starts: not a Kairos document; the wrong version.
+			bad := w.start("garbage", []byte("users: [\n"), "")
+			waitPhase(t, bad, simnode.PhaseRefused, simnode.ReasonBootstrapDataRefused, 30*time.Second)
+			if msg := bad.Status().Message; !strings.Contains(msg, "kairos document has") {
+				t.Fatalf("refusal message %q does not carry Check's report", msg)
+			}
+			initDoc := w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken,
+				Hostname: "cp-0", Manifests: []render.Manifest{{Name: "ns", Content: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: from-manifest\n"}}})
+			old := w.start("old-image", initDoc, "v1.30.1+"+string(dist)+"1")
+			waitPhase(t, old, simnode.PhaseRefused, simnode.ReasonPreflightFailed, 30*time.Second)
+			if old.SentinelExists() || reg.Cluster(w.endpointString()) != nil {
+				t.Fatal("a node that failed its preflight started its distribution")
+			}
+
+			cp := w.start("cp-0", initDoc, "")
+			waitPhase(t, cp, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
+			t.Logf("init node running after %s", time.Since(start))
+			if !cp.SentinelExists() {
+				t.Fatal("no sentinel")
+			}
+			c := reg.Cluster(w.endpointString())
+			admin := c.AdminClient()
+			n := node(t, admin, "cp-0")
+			if n.Spec.ProviderID != cp.ProviderID() || n.Labels["node-role.kubernetes.io/control-plane"] != "true" || !hasTaint(n, "node-role.kubernetes.io/control-plane") {
+				t.Fatalf("control-plane Node: %+v", n)
+			}
+			ns := &corev1.Namespace{}
+			if err := admin.Get(w.ctx, client.ObjectKey{Name: "from-manifest"}, ns); err != nil {
+				t.Fatalf("manifest not applied: %v", err)
+			}
+
+			worker := w.start("worker-0", w.doc(render.Node{Role: render.RoleWorker, JoinToken: w.workerToken(c, token.K0sWorkerToken)}), "")
+			wrong := w.start("worker-wrong", w.doc(render.Node{Role: render.RoleWorker, JoinToken: w.wrongToken()}), "")
+			joinToken := w.k3sToken
+			if dist == render.K0s {
+				joinToken = w.workerToken(c, token.K0sControllerToken)
+			}
+			cp1 := w.start("cp-1", w.doc(render.Node{Role: render.RoleControlPlane, PKI: w.pki, JoinToken: joinToken, Hostname: "cp-1"}), "")
+			waitPhase(t, worker, simnode.PhaseRunning, simnode.ReasonRunning, time.Minute)
+			waitPhase(t, cp1, simnode.PhaseRunning, simnode.ReasonRunning, time.Minute)
+			waitPhase(t, wrong, simnode.PhaseBooting, simnode.ReasonJoinFailed, time.Minute)
+			t.Logf("wrong token: %s", wrong.Status().Message)
+			if wrong.SentinelExists() {
+				t.Fatal("the node with the wrong token wrote its sentinel")
+			}
+			if n := node(t, admin, "worker-0"); !hasTaint(n, "node.cluster.x-k8s.io/uninitialized") || n.Spec.ProviderID != worker.ProviderID() {
+				t.Fatalf("worker Node: %+v", n.Spec)
+			}
+
+			members := c.EtcdMembers()
+			if len(members) != 2 {
+				t.Fatalf("etcd members %+v, want 2", members)
+			}
+			// cp-1 leaves etcd.
+			if dist == render.K0s {
+				u := &unstructured.Unstructured{}
+				u.SetGroupVersionKind(simnode.EtcdMemberGVK)
+				if err := admin.Get(w.ctx, client.ObjectKey{Name: "cp-1"}, u); err != nil {
+					t.Fatal(err)
+				}
+				_ = unstructured.SetNestedField(u.Object, true, "spec", "leave")
+				if err := admin.Update(w.ctx, u); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				n := node(t, admin, "cp-1")
+				n.Annotations[simnode.K3sRemoveAnnotation] = "true"
+				if err := admin.Update(w.ctx, n); err != nil {
+					t.Fatal(err)
+				}
+			}
+			framework.Eventually(t, 30*time.Second, func() error {
+				if m := c.EtcdMembers(); len(m) != 1 || m[0].NodeName != "cp-0" {
+					return fmt.Errorf("members %+v", m)
+				}
+				if dist == render.K0s {
+					u := &unstructured.Unstructured{}
+					u.SetGroupVersionKind(simnode.EtcdMemberGVK)
+					if err := admin.Get(w.ctx, client.ObjectKey{Name: "cp-1"}, u); err != nil {
+						return err
+					}
+					if s, _, _ := unstructured.NestedString(u.Object, "status", "reconcileStatus"); s != "Success" {
+						return fmt.Errorf("reconcileStatus %q", s)
+					}
+					return nil
+				}
+				n := node(t, admin, "cp-1")
+				if n.Annotations[simnode.K3sRemovedNodeNameAnnotation] == "" || n.Annotations[simnode.K3sNodeNameAnnotation] != "" {
+					return fmt.Errorf("annotations %v", n.Annotations)
+				}
+				return nil
+			})
+
+			if err := worker.SetReady(w.ctx, false, ""); err != nil {
+				t.Fatal(err)
+			}
+			for _, cond := range node(t, admin, "worker-0").Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionFalse {
+					t.Fatalf("Ready is %s after the injected failure", cond.Status)
+				}
+			}
+
+			// The API server belongs to the cluster: it survives its init node.
+			reg.StopNode(cp.ProviderID())
+			if !c.Running() {
+				t.Fatal("the cluster stopped with its init node")
+			}
+			reg.StopCluster(w.endpointString())
+			if c.Running() {
+				t.Fatal("the cluster still runs")
+			}
+			t.Logf("%s took %s", dist, time.Since(start))
+		})
+	}
+}
