@@ -7,6 +7,8 @@ require (
 	github.com/kairos-capi/kairos-capi/bootstrap v0.0.0-00010101000000-000000000000
 	github.com/kairos-capi/kairos-capi/bootstrap/api v0.0.0-00010101000000-000000000000
 	github.com/kairos-capi/kairos-capi/common v0.0.0-00010101000000-000000000000
+	github.com/kairos-capi/kairos-capi/controlplane v0.0.0-00010101000000-000000000000
+	github.com/kairos-capi/kairos-capi/controlplane/api v0.0.0-00010101000000-000000000000
 	github.com/kairos-io/kairos-sdk v0.25.3
 	github.com/mudler/yip v1.25.1
 	github.com/santhosh-tekuri/jsonschema/v5 v5.3.1
@@ -193,4 +195,6 @@ replace (
 	github.com/kairos-capi/kairos-capi/bootstrap => ../bootstrap
 	github.com/kairos-capi/kairos-capi/bootstrap/api => ../bootstrap/api
 	github.com/kairos-capi/kairos-capi/common => ../common
+	github.com/kairos-capi/kairos-capi/controlplane => ../controlplane
+	github.com/kairos-capi/kairos-capi/controlplane/api => ../controlplane/api
 )

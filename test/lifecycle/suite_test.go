@@ -3,9 +3,11 @@
 // and the simulation infrastructure provider, whose simulated Kairos nodes consume the real
 // bootstrap data and start real workload API servers. Assertions use Cluster API's own status.
 //
-// The scenarios here use the bootstrap provider only (no control-plane provider): Cluster API's
-// Cluster controller then writes <cluster>-kubeconfig from <cluster>-ca and marks the control
-// plane initialized once a control-plane Machine has a nodeRef.
+// The management cluster also runs the control-plane provider. Scenarios of standalone.go and
+// refusal_test.go use the bootstrap provider only (no controlPlaneRef): Cluster API's Cluster
+// controller then writes <cluster>-kubeconfig from <cluster>-ca and marks the control plane
+// initialized once a control-plane Machine has a nodeRef. The controlplane_test.go scenarios
+// use a KairosControlPlane.
 //
 // Run everything, or one scenario for one distribution:
 //
@@ -17,9 +19,21 @@
 package lifecycle
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	cpsetup "github.com/kairos-capi/kairos-capi/controlplane/setup"
+	"github.com/kairos-capi/kairos-capi/test/framework"
 
 	"github.com/kairos-capi/kairos-capi/test/harness"
 )
@@ -33,7 +47,26 @@ func TestMain(m *testing.M) {
 
 func run(m *testing.M) int {
 	var err error
-	h, err = harness.New(harness.Options{})
+	root, err := framework.RepoRoot()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	crds, err := framework.ProjectCRDFiles("controlplane")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	h, err = harness.New(harness.Options{
+		ExtraCRDFiles:    crds,
+		ExtraWebhookDirs: []string{filepath.Join(root, "controlplane", "config", "webhook")},
+		AddToScheme:      []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
+		Setup: []harness.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
+			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 4})
+		}},
+		// Short join-token lifetime: scenarios run long enough to see refreshes.
+		BootstrapTokenTTL: 2 * time.Minute,
+	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "starting the lifecycle harness:", err)
 		return 1

@@ -186,18 +186,9 @@ func (r *Reconciler) syncMachines(ctx context.Context, s *scope) (ctrl.Result, e
 				return ctrl.Result{}, err
 			}
 		}
-		infra := &unstructured.Unstructured{}
-		infra.SetAPIVersion(apiVersionOrEmpty(ctx, r.Client, m.Spec.InfrastructureRef.GroupKind()))
-		infra.SetKind(m.Spec.InfrastructureRef.Kind)
-		if infra.GetAPIVersion() == "" {
+		infra, ok := s.infraMachines[m.Name]
+		if !ok {
 			continue
-		}
-		err = r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}, infra)
-		if apierrors.IsNotFound(err) {
-			continue
-		}
-		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("reading infrastructure machine of %s: %w", m.Name, err)
 		}
 		if err := r.syncMetadata(ctx, infra, labels, annotations); err != nil {
 			return ctrl.Result{}, err
@@ -206,12 +197,24 @@ func (r *Reconciler) syncMachines(ctx context.Context, s *scope) (ctrl.Result, e
 	return ctrl.Result{}, nil
 }
 
-func apiVersionOrEmpty(ctx context.Context, c client.Reader, gk schema.GroupKind) string {
-	v, err := apiVersionFor(ctx, c, gk)
+// infraMachine reads a Machine's infrastructure machine, or nil when it does not exist (yet).
+func (r *Reconciler) infraMachine(ctx context.Context, m *clusterv1.Machine) (*unstructured.Unstructured, error) {
+	ref := m.Spec.InfrastructureRef
+	apiVersion, err := apiVersionFor(ctx, r.Client, ref.GroupKind())
 	if err != nil {
-		return ""
+		return nil, err
 	}
-	return v
+	infra := &unstructured.Unstructured{}
+	infra.SetAPIVersion(apiVersion)
+	infra.SetKind(ref.Kind)
+	err = r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}, infra)
+	if apierrors.IsNotFound(err) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the infrastructure machine of %s: %w", m.Name, err)
+	}
+	return infra, nil
 }
 
 // syncMetadata adds the desired labels and annotations to an object, patching only if needed.

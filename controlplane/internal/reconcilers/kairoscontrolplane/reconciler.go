@@ -10,6 +10,7 @@ import (
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -166,7 +167,8 @@ func (r *Reconciler) newScope(ctx context.Context, kcp *controlplanev1.KairosCon
 	if err != nil {
 		return nil, fmt.Errorf("listing control-plane Machines: %w", err)
 	}
-	s := &scope{kcp: kcp, cluster: cluster, machines: machines, configs: map[string]*bootstrapv1.KairosConfig{}, reconcileTime: time.Now()}
+	s := &scope{kcp: kcp, cluster: cluster, machines: machines, reconcileTime: time.Now(),
+		configs: map[string]*bootstrapv1.KairosConfig{}, infraMachines: map[string]*unstructured.Unstructured{}}
 	for _, m := range machines {
 		ref := m.Spec.Bootstrap.ConfigRef
 		if ref.Kind != "KairosConfig" {
@@ -180,6 +182,15 @@ func (r *Reconciler) newScope(ctx context.Context, kcp *controlplanev1.KairosCon
 			return nil, fmt.Errorf("reading KairosConfig of Machine %s: %w", m.Name, err)
 		}
 		s.configs[m.Name] = config
+	}
+	for _, m := range machines {
+		infra, err := r.infraMachine(ctx, m)
+		if err != nil {
+			return nil, err
+		}
+		if infra != nil {
+			s.infraMachines[m.Name] = infra
+		}
 	}
 	if err := r.loadBaseConfig(ctx, s); err != nil {
 		return nil, err

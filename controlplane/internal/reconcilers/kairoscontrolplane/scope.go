@@ -9,6 +9,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -29,6 +30,8 @@ type scope struct {
 	machines collections.Machines
 	// configs are the KairosConfigs of those Machines, by Machine name.
 	configs map[string]*bootstrapv1.KairosConfig
+	// infraMachines are the infrastructure machines of those Machines, by Machine name.
+	infraMachines map[string]*unstructured.Unstructured
 	// baseConfig is the KairosConfig spec the Machines are built from: the inline spec or the
 	// referenced template's; nil while the template cannot be read.
 	baseConfig *bootstrapv1.KairosConfigSpec
@@ -89,11 +92,15 @@ func (s *scope) upToDate(m *clusterv1.Machine) (bool, []string) {
 	if m.Spec.Version != s.kcp.Spec.Version {
 		reasons = append(reasons, fmt.Sprintf("version %s, want %s", m.Spec.Version, s.kcp.Spec.Version))
 	}
-	want := s.kcp.Spec.MachineTemplate.Spec.InfrastructureRef
-	if m.Annotations[clusterv1.TemplateClonedFromNameAnnotation] != want.Name ||
-		m.Annotations[clusterv1.TemplateClonedFromGroupKindAnnotation] != want.GroupKind().String() {
-		reasons = append(reasons, fmt.Sprintf("infrastructure template %s, want %s",
-			m.Annotations[clusterv1.TemplateClonedFromNameAnnotation], want.Name))
+	// Cluster API records the template an infrastructure machine was cloned from on it.
+	if infra, ok := s.infraMachines[m.Name]; ok {
+		want := s.kcp.Spec.MachineTemplate.Spec.InfrastructureRef
+		from := infra.GetAnnotations()
+		if from[clusterv1.TemplateClonedFromNameAnnotation] != want.Name ||
+			from[clusterv1.TemplateClonedFromGroupKindAnnotation] != want.GroupKind().String() {
+			reasons = append(reasons, fmt.Sprintf("infrastructure template %s, want %s",
+				from[clusterv1.TemplateClonedFromNameAnnotation], want.Name))
+		}
 	}
 	if config, ok := s.configs[m.Name]; ok && s.baseConfig != nil {
 		have := config.Spec.DeepCopy()
