@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
-	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/pki"
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	"github.com/kairos-capi/kairos-capi/test/harness"
 	infrav1 "github.com/kairos-capi/kairos-capi/test/infrastructure/api/v1beta2"
