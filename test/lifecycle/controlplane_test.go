@@ -327,6 +327,34 @@ func TestControlPlaneWithWorkers(t *testing.T) {
 			if err := wl.Get(c.ctx, client.ObjectKey{Name: platformNamespace}, &corev1.Namespace{}); err != nil {
 				t.Errorf("the control plane's manifest was not applied: %v", err)
 			}
+
+			// Metadata and deletion timeouts reach the existing Machine (and its KairosConfig)
+			// without replacing it.
+			c.update(func(s *controlplanev1.KairosControlPlaneSpec) {
+				s.MachineTemplate.ObjectMeta.Labels = map[string]string{"team": "platform"}
+				s.MachineTemplate.Spec.Deletion.NodeDrainTimeoutSeconds = ptr.To[int32](30)
+			})
+			framework.Eventually(t, time.Minute, func() error {
+				m := &clusterv1.Machine{}
+				if err := h.Client.Get(c.ctx, client.ObjectKeyFromObject(&machines[0]), m); err != nil {
+					return err
+				}
+				if m.Labels["team"] != "platform" || ptr.Deref(m.Spec.Deletion.NodeDrainTimeoutSeconds, 0) != 30 {
+					return fmt.Errorf("machine labels %v, drain timeout %v", m.Labels, m.Spec.Deletion.NodeDrainTimeoutSeconds)
+				}
+				config := &bootstrapv1.KairosConfig{}
+				if err := h.Client.Get(c.ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.Bootstrap.ConfigRef.Name}, config); err != nil {
+					return err
+				}
+				if config.Labels["team"] != "platform" {
+					return fmt.Errorf("KairosConfig labels %v", config.Labels)
+				}
+				return nil
+			})
+			c.waitSettled(1, version, time.Minute)
+			if now, err := c.controlPlaneMachines(); err != nil || len(now) != 1 || now[0].Name != machines[0].Name {
+				t.Errorf("metadata propagation replaced the Machine: %v %v", now, err)
+			}
 			t.Logf("%s scenario checked after %s", dist, time.Since(start).Round(time.Second))
 		})
 	}
