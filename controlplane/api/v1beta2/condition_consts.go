@@ -23,9 +23,8 @@ const (
 	InitializedReason    = "Initialized"
 	NotInitializedReason = "NotInitialized"
 
-	CertificatesAvailableReason         = "CertificatesAvailable"
-	CertificatesInternalErrorReason     = "InternalError"
-	CertificatesWaitingForClusterReason = "WaitingForCluster"
+	CertificatesAvailableReason     = "CertificatesAvailable"
+	CertificatesInternalErrorReason = "InternalError"
 
 	ReadyReason        = "Ready"
 	NotReadyReason     = "NotReady"
@@ -51,10 +50,9 @@ const (
 	RemediationLimitReachedReason  = "RemediationLimitReached"
 	RemediationBlockedQuorumReason = "RemediationBlockedByQuorum"
 
-	DeletingReason              = "Deleting"
-	NotDeletingReason           = "NotDeleting"
-	DeletingWaitingForWorkers   = "WaitingForWorkersDeletion"
-	DeletingWaitingForMachines  = "WaitingForMachinesDeletion"
-	DeletionCompletedReason     = "DeletionCompleted"
-	WaitingForInfrastructureRsn = "WaitingForInfrastructure"
+	DeletingReason             = "Deleting"
+	NotDeletingReason          = "NotDeleting"
+	DeletingWaitingForWorkers  = "WaitingForWorkersDeletion"
+	DeletingWaitingForMachines = "WaitingForMachinesDeletion"
+	DeletionCompletedReason    = "DeletionCompleted"
 )
