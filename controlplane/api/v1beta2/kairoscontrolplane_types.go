@@ -70,7 +70,8 @@ type KairosControlPlaneSpec struct {
 	KairosConfigSpec bootstrapv1.KairosConfigSpec `json:"kairosConfigSpec,omitempty,omitzero"`
 
 	// kairosConfigTemplate references a KairosConfigTemplate in the same namespace whose spec
-	// is used instead of kairosConfigSpec. Pointing it at another template rolls the control plane.
+	// is used instead of kairosConfigSpec. Pointing it at a template with another spec rolls the
+	// control plane.
 	// +optional
 	KairosConfigTemplate *KairosConfigTemplateReference `json:"kairosConfigTemplate,omitempty"`
 

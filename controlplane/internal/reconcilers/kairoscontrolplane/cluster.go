@@ -118,7 +118,7 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *scope) (ctrl.Re
 			return ctrl.Result{}, fmt.Errorf("creating the kubeconfig Secret: %w", err)
 		}
 		ctrl.LoggerFrom(ctx).Info("Created the kubeconfig Secret", "Secret", klog.KObj(desired))
-		return ctrl.Result{}, nil
+		return ctrl.Result{RequeueAfter: validity - validity/3}, nil
 	}
 	patch := client.MergeFrom(existing.DeepCopy())
 	existing.Labels = mergeMaps(existing.Labels, desired.Labels)
@@ -129,7 +129,8 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *scope) (ctrl.Re
 		return ctrl.Result{}, fmt.Errorf("rotating the kubeconfig Secret: %w", err)
 	}
 	ctrl.LoggerFrom(ctx).Info("Rotated the kubeconfig client certificate", "Secret", klog.KObj(existing))
-	return ctrl.Result{}, nil
+	// Come back when the new certificate needs rotating: no other event may arrive before.
+	return ctrl.Result{RequeueAfter: validity - validity/3}, nil
 }
 
 // kubeconfigMetadataCurrent reports whether the Secret carries the metadata the spec asks for.

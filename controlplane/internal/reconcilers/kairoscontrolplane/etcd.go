@@ -161,6 +161,16 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 
 	// The last Machine, or one whose node never joined, has no member to remove.
 	if s.machines.Len() > 1 && m.Status.NodeRef.IsDefined() && s.cluster.DeletionTimestamp.IsZero() {
+		members, err := r.etcdMemberships(ctx, s)
+		if err != nil {
+			s.halt("cannot reach the workload cluster to remove the etcd member of Machine %s: %v", m.Name, err)
+			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+		}
+		if _, member := members[m.Status.NodeRef.Name]; member && !quorumAfterRemoval(members, m) {
+			// Whoever deleted the Machine, its member leaving now would stop etcd.
+			s.halt("the etcd member of Machine %s does not leave: the %d remaining members would lose quorum (%d healthy)", m.Name, len(members)-1, members.healthy())
+			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+		}
 		left, err := r.requestLeave(ctx, s, m.Status.NodeRef.Name)
 		if err != nil {
 			s.halt("cannot reach the workload cluster to remove the etcd member of Machine %s: %v", m.Name, err)

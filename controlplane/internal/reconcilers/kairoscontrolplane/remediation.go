@@ -42,10 +42,21 @@ func parseRemediationData(s string) (*remediationData, error) {
 // etcd member would lose quorum. The replacement is created by the scale-up that follows.
 func (r *Reconciler) reconcileRemediation(ctx context.Context, s *scope) (ctrl.Result, error) {
 	unhealthy := s.machines.Filter(collections.IsUnhealthyAndOwnerRemediated, collections.Not(collections.HasDeletionTimestamp))
-	if _, ok := s.kcp.Annotations[controlplanev1.RemediationInProgressAnnotation]; ok {
-		s.remediationReason = controlplanev1.RemediatingReason
-		s.remediationMessages = append(s.remediationMessages, "waiting for the replacement of the remediated Machine")
-		return ctrl.Result{}, nil
+	if raw, ok := s.kcp.Annotations[controlplanev1.RemediationInProgressAnnotation]; ok {
+		// The remediation is over once its Machine is gone and no replacement is needed (for
+		// example because the control plane is being scaled down at the same time); otherwise
+		// the scale-up that creates the replacement ends it.
+		data, err := parseRemediationData(raw)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		gone := s.machines.Filter(func(m *clusterv1.Machine) bool { return m.Name == data.Machine }).Len() == 0
+		if !gone || s.activeMachines().Len() < s.desiredReplicas() {
+			s.remediationReason = controlplanev1.RemediatingReason
+			s.remediationMessages = append(s.remediationMessages, fmt.Sprintf("waiting for the replacement of the remediated Machine %s", data.Machine))
+			return ctrl.Result{}, nil
+		}
+		delete(s.kcp.Annotations, controlplanev1.RemediationInProgressAnnotation)
 	}
 	if unhealthy.Len() == 0 {
 		return ctrl.Result{}, nil
@@ -103,14 +114,14 @@ func (r *Reconciler) reconcileRemediation(ctx context.Context, s *scope) (ctrl.R
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	if err := r.Client.Delete(ctx, m); err != nil {
+		return ctrl.Result{}, fmt.Errorf("deleting unhealthy Machine %s: %w", m.Name, err)
+	}
 	if s.kcp.Annotations == nil {
 		s.kcp.Annotations = map[string]string{}
 	}
 	s.kcp.Annotations[controlplanev1.RemediationInProgressAnnotation] = string(raw)
 	s.kcp.Status.LastRemediation = controlplanev1.LastRemediationStatus{Machine: m.Name, Time: data.Timestamp, RetryCount: retry}
-	if err := r.Client.Delete(ctx, m); err != nil {
-		return ctrl.Result{}, fmt.Errorf("deleting unhealthy Machine %s: %w", m.Name, err)
-	}
 	log.Info("Remediating unhealthy control-plane Machine", "retryCount", retry)
 	s.remediationReason = controlplanev1.RemediatingReason
 	s.remediationMessages = append(s.remediationMessages, fmt.Sprintf("deleting unhealthy Machine %s", m.Name))

@@ -46,6 +46,14 @@ func (r *Reconciler) reconcileReplicas(ctx context.Context, s *scope) (ctrl.Resu
 	case active.Len() > desired:
 		return r.scaleDown(ctx, s, collections.New())
 	}
+	// Nothing to do now; a rollout.after in the future is a reason to come back then.
+	if after := s.kcp.Spec.Rollout.After.Time; after.After(s.reconcileTime) {
+		for _, m := range active {
+			if m.CreationTimestamp.Time.Before(after) {
+				return ctrl.Result{RequeueAfter: after.Sub(s.reconcileTime)}, nil
+			}
+		}
+	}
 	return ctrl.Result{}, nil
 }
 

@@ -73,8 +73,12 @@ func updateStatus(ctx context.Context, s *scope) {
 	}
 
 	if !kcp.DeletionTimestamp.IsZero() {
+		reason := s.deletingReason
+		if reason == "" { // deletion failed before it could say what it waits for
+			reason = controlplanev1.DeletingReason
+		}
 		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionTrue,
-			Reason: s.deletingReason, Message: s.deletingMessage})
+			Reason: reason, Message: s.deletingMessage})
 	} else {
 		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotDeletingReason})
 	}
@@ -91,14 +95,10 @@ func updateStatus(ctx context.Context, s *scope) {
 // blockers lists what holds the control plane back, for the scaling conditions.
 func (s *scope) blockers() []string {
 	var out []string
-	if s.waitMessage != "" {
-		out = append(out, s.waitMessage)
-	}
-	if s.configTemplateErr != "" {
-		out = append(out, s.configTemplateErr)
-	}
-	if s.infraTemplateErr != "" {
-		out = append(out, s.infraTemplateErr)
+	for _, msg := range []string{s.waitMessage, s.configTemplateErr, s.infraTemplateErr} {
+		if msg != "" && !slices.Contains(out, msg) {
+			out = append(out, msg)
+		}
 	}
 	return out
 }

@@ -1,0 +1,400 @@
+package kairoscontrolplane
+
+import (
+	"encoding/json"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+)
+
+// remediationFor is the annotation a replacement Machine carries.
+func remediationFor(t *testing.T, replaced string, at time.Time, retry int32) func(*clusterv1.Machine) {
+	t.Helper()
+	raw, err := json.Marshal(remediationData{Machine: replaced, Timestamp: metav1.NewTime(at), RetryCount: retry})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return withAnnotation(controlplanev1.RemediationForAnnotation, string(raw))
+}
+
+func TestReconcileRemediation(t *testing.T) {
+	cases := []struct {
+		name  string
+		setup func(f *fixture)
+		// wantDeleted is the Machine remediated, "" for none.
+		wantDeleted string
+		wantRetry   int32
+		wantReason  string
+		wantMessage string
+		// wantBlocked is the OwnerRemediated reason set on the unhealthy Machine when blocked.
+		wantBlocked string
+		wantRequeue time.Duration
+		wantErr     string
+	}{
+		{name: "healthy control plane",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour)
+				f.machine("m3", time.Hour)
+			}},
+		{name: "unhealthy Machine is deleted",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, unhealthy())
+				f.machine("m3", time.Hour)
+			},
+			wantDeleted: "m2", wantReason: controlplanev1.RemediatingReason, wantMessage: "deleting unhealthy Machine m2"},
+		{name: "the oldest of two unhealthy Machines",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", time.Hour, unhealthy())
+				f.machine("m3", 2*time.Hour, unhealthy(), notReady())
+				f.machine("m4", 2*time.Hour)
+				f.machine("m5", 2*time.Hour)
+				f.replicas(5)
+			},
+			wantDeleted: "m3", wantReason: controlplanev1.RemediatingReason},
+		{name: "health check failed but owner remediation not requested",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, withCondition(clusterv1.MachineHealthCheckSucceededCondition, metav1.ConditionFalse, "UnhealthyNode"))
+				f.machine("m3", time.Hour)
+			}},
+		{name: "unhealthy Machine already deleting",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, unhealthy(), deleting(time.Minute, ""))
+				f.machine("m3", time.Hour)
+			}},
+		{name: "remediation in progress: wait for the replacement",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m3", time.Hour, unhealthy())
+				f.kcp.Annotations = map[string]string{controlplanev1.RemediationInProgressAnnotation: `{"machine":"m2","timestamp":"2025-01-01T00:00:00Z","retryCount":0}`}
+			},
+			wantReason: controlplanev1.RemediatingReason, wantMessage: "waiting for the replacement of the remediated Machine"},
+		{name: "replacement failed within minHealthyPeriod: retry counted",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour)
+				f.machine("m4", 10*time.Minute, unhealthy(), remediationFor(t, "m3", f.now.Add(-10*time.Minute), 0))
+			},
+			wantDeleted: "m4", wantRetry: 1, wantReason: controlplanev1.RemediatingReason},
+		{name: "maxRetry exceeded: blocked",
+			setup: func(f *fixture) {
+				f.kcp.Spec.Remediation.MaxRetry = ptr.To[int32](1)
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour)
+				f.machine("m4", 10*time.Minute, unhealthy(), remediationFor(t, "m3", f.now.Add(-10*time.Minute), 1))
+			},
+			wantReason: controlplanev1.RemediationLimitReachedReason, wantBlocked: controlplanev1.RemediationLimitReachedReason,
+			wantMessage: "Machine m4 replaces m3 and failed too: 2 remediation retries exceed spec.remediation.maxRetry 1"},
+		{name: "maxRetry 0: the first remediation is allowed",
+			setup: func(f *fixture) {
+				f.kcp.Spec.Remediation.MaxRetry = ptr.To[int32](0)
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, unhealthy())
+				f.machine("m3", time.Hour)
+			},
+			wantDeleted: "m2", wantReason: controlplanev1.RemediatingReason},
+		{name: "maxRetry 0: no retry",
+			setup: func(f *fixture) {
+				f.kcp.Spec.Remediation.MaxRetry = ptr.To[int32](0)
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour)
+				f.machine("m4", 10*time.Minute, unhealthy(), remediationFor(t, "m3", f.now.Add(-10*time.Minute), 0))
+			},
+			wantReason: controlplanev1.RemediationLimitReachedReason, wantBlocked: controlplanev1.RemediationLimitReachedReason},
+		{name: "maxRetry not reached",
+			setup: func(f *fixture) {
+				f.kcp.Spec.Remediation.MaxRetry = ptr.To[int32](3)
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour)
+				f.machine("m4", 10*time.Minute, unhealthy(), remediationFor(t, "m3", f.now.Add(-10*time.Minute), 2))
+			},
+			wantDeleted: "m4", wantRetry: 3, wantReason: controlplanev1.RemediatingReason},
+		{name: "retryPeriod not elapsed: deferred",
+			setup: func(f *fixture) {
+				f.kcp.Spec.Remediation.RetryPeriodSeconds = ptr.To[int32](600)
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour)
+				f.machine("m4", 2*time.Minute, unhealthy(), remediationFor(t, "m3", f.now.Add(-2*time.Minute), 0))
+			},
+			wantReason: controlplanev1.RemediationDeferredReason, wantMessage: "remediation of Machine m4 deferred until",
+			wantRequeue: 8 * time.Minute},
+		{name: "retryPeriod elapsed",
+			setup: func(f *fixture) {
+				f.kcp.Spec.Remediation.RetryPeriodSeconds = ptr.To[int32](600)
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour)
+				f.machine("m4", 20*time.Minute, unhealthy(), remediationFor(t, "m3", f.now.Add(-20*time.Minute), 0))
+			},
+			wantDeleted: "m4", wantRetry: 1, wantReason: controlplanev1.RemediatingReason},
+		{name: "replacement healthy longer than the default minHealthyPeriod: count reset",
+			setup: func(f *fixture) {
+				f.kcp.Spec.Remediation.MaxRetry = ptr.To[int32](1)
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 3*time.Hour)
+				f.machine("m4", 2*time.Hour, unhealthy(), remediationFor(t, "m3", f.now.Add(-2*time.Hour), 5))
+			},
+			wantDeleted: "m4", wantRetry: 0, wantReason: controlplanev1.RemediatingReason},
+		{name: "replacement healthy longer than a custom minHealthyPeriod: count reset",
+			setup: func(f *fixture) {
+				f.kcp.Spec.Remediation.MaxRetry = ptr.To[int32](1)
+				f.kcp.Spec.Remediation.MinHealthyPeriodSeconds = ptr.To[int32](60)
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 3*time.Hour)
+				f.machine("m4", 5*time.Minute, unhealthy(), remediationFor(t, "m3", f.now.Add(-5*time.Minute), 5))
+			},
+			wantDeleted: "m4", wantRetry: 0, wantReason: controlplanev1.RemediatingReason},
+		{name: "custom minHealthyPeriod not reached: counted",
+			setup: func(f *fixture) {
+				f.kcp.Spec.Remediation.MaxRetry = ptr.To[int32](1)
+				f.kcp.Spec.Remediation.MinHealthyPeriodSeconds = ptr.To[int32](4 * 3600)
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 3*time.Hour)
+				f.machine("m4", 2*time.Hour, unhealthy(), remediationFor(t, "m3", f.now.Add(-2*time.Hour), 1))
+			},
+			wantReason: controlplanev1.RemediationLimitReachedReason, wantBlocked: controlplanev1.RemediationLimitReachedReason},
+		{name: "the only Machine of an initialized control plane",
+			setup: func(f *fixture) {
+				f.replicas(1)
+				f.machine("m1", time.Hour, unhealthy())
+			},
+			wantReason: controlplanev1.RemediationBlockedQuorumReason, wantBlocked: controlplanev1.RemediationBlockedQuorumReason,
+			wantMessage: "Machine m1 is the only control-plane Machine"},
+		{name: "the only Machine of a control plane that never initialized",
+			setup: func(f *fixture) {
+				f.replicas(1).notInitialized()
+				f.machine("m1", time.Hour, unhealthy(), withoutNode())
+			},
+			wantDeleted: "m1", wantReason: controlplanev1.RemediatingReason},
+		{name: "removing the member would lose quorum",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, unhealthy())
+				f.machine("m3", time.Hour)
+				f.members["m3"] = memberNotJoined
+			},
+			wantReason: controlplanev1.RemediationBlockedQuorumReason, wantBlocked: controlplanev1.RemediationBlockedQuorumReason,
+			wantMessage: "removing Machine m2 would lose etcd quorum (2 of 3 members healthy)"},
+		{name: "the unhealthy Machine's member is the one down: quorum kept",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, unhealthy())
+				f.machine("m3", time.Hour)
+				f.members["m2"] = memberNotJoined
+			},
+			wantDeleted: "m2", wantReason: controlplanev1.RemediatingReason},
+		{name: "two Machines, both members joined",
+			setup: func(f *fixture) {
+				f.replicas(3)
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, unhealthy())
+			},
+			wantDeleted: "m2", wantReason: controlplanev1.RemediatingReason},
+		{name: "workload cluster unreachable: deferred",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, unhealthy())
+				f.machine("m3", time.Hour)
+				f.workloadErr = errors.New("connection refused")
+			},
+			wantReason: controlplanev1.RemediationDeferredReason, wantMessage: "cannot read etcd members to check quorum: connection refused",
+			wantRequeue: requeueWhileBusy},
+		{name: "unreadable remediation annotation",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, unhealthy(), withAnnotation(controlplanev1.RemediationForAnnotation, "{not json"))
+			},
+			wantErr: "parsing remediation data"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			f := newFixture(t)
+			tc.setup(f)
+			e := f.build()
+			s := e.scope(ctx)
+			res, err := e.r.reconcileRemediation(ctx, s)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.RequeueAfter; got < tc.wantRequeue-10*time.Second || got > tc.wantRequeue {
+				t.Errorf("RequeueAfter = %s, want %s", got, tc.wantRequeue)
+			}
+			if s.remediationReason != tc.wantReason {
+				t.Errorf("remediationReason = %q, want %q", s.remediationReason, tc.wantReason)
+			}
+			containsAll(t, "remediation messages", strings.Join(s.remediationMessages, "\n"), tc.wantMessage)
+
+			deleted := e.deletedMachines()
+			_, inProgress := s.kcp.Annotations[controlplanev1.RemediationInProgressAnnotation]
+			if tc.wantDeleted == "" {
+				if len(deleted) > 0 {
+					t.Errorf("deleted %v, want none", deleted)
+				}
+				if s.halted {
+					t.Errorf("halted without remediating: %s", s.waitMessage)
+				}
+				if inProgress && !strings.Contains(tc.name, "in progress") {
+					t.Error("remediation recorded in progress without remediating")
+				}
+			} else {
+				if !slices.Equal(deleted, []string{tc.wantDeleted}) {
+					t.Fatalf("deleted %v, want [%s]", deleted, tc.wantDeleted)
+				}
+				if !s.halted || !strings.Contains(s.waitMessage, "remediating Machine "+tc.wantDeleted) {
+					t.Errorf("halted = %v (%q), want halted while remediating", s.halted, s.waitMessage)
+				}
+				data, err := parseRemediationData(s.kcp.Annotations[controlplanev1.RemediationInProgressAnnotation])
+				if err != nil {
+					t.Fatalf("in-progress annotation: %v", err)
+				}
+				if data.Machine != tc.wantDeleted || data.RetryCount != tc.wantRetry || !data.Timestamp.Time.Equal(s.reconcileTime.Truncate(time.Second)) && !data.Timestamp.Time.Equal(s.reconcileTime) {
+					t.Errorf("in-progress data = %+v, want machine %s retry %d at %s", data, tc.wantDeleted, tc.wantRetry, s.reconcileTime)
+				}
+				last := s.kcp.Status.LastRemediation
+				if last.Machine != tc.wantDeleted || last.RetryCount != tc.wantRetry || !last.Time.Time.Equal(s.reconcileTime) {
+					t.Errorf("lastRemediation = %+v, want machine %s retry %d", last, tc.wantDeleted, tc.wantRetry)
+				}
+			}
+
+			for _, orig := range f.machines {
+				c := conditions.Get(e.getMachine(orig.Name), clusterv1.MachineOwnerRemediatedCondition)
+				if tc.wantBlocked != "" && conditions.IsFalse(orig, clusterv1.MachineHealthCheckSucceededCondition) {
+					if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tc.wantBlocked || c.Message == "" {
+						t.Errorf("%s OwnerRemediated = %+v, want False/%s with a message", orig.Name, c, tc.wantBlocked)
+					}
+					containsAll(t, orig.Name+" OwnerRemediated message", c.Message, tc.wantMessage)
+				} else if c != nil && c.Reason != clusterv1.MachineOwnerRemediatedWaitingForRemediationReason {
+					t.Errorf("%s OwnerRemediated = %+v, want it untouched", orig.Name, c)
+				}
+			}
+		})
+	}
+}
+
+// TestRemediationReplacement follows a remediation through the phases: the unhealthy Machine
+// is deleted, its member leaves, and the next scale-up creates the replacement, which carries
+// the remediation data, and the in-progress record is cleared.
+func TestRemediationReplacement(t *testing.T) {
+	ctx := testContext(t)
+	waiting := clusterv1.MachineDeletingWaitingForPreTerminateHookReason
+	f := newFixture(t)
+	f.machine("m1", 3*time.Hour)
+	f.machine("m2", 2*time.Hour, unhealthy())
+	f.machine("m3", time.Hour)
+	e := f.build()
+
+	run := func() *scope {
+		t.Helper()
+		s := e.scope(ctx)
+		for _, p := range []phase{e.r.reconcilePreTerminateHooks, e.r.reconcileRemediation, e.r.reconcileReplicas} {
+			if _, err := p(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if s.halted {
+				break
+			}
+		}
+		return s
+	}
+
+	s := run()
+	if got := e.deletedMachines(); !slices.Equal(got, []string{"m2"}) {
+		t.Fatalf("deleted %v, want [m2]", got)
+	}
+	recorded := f.kcp.Annotations[controlplanev1.RemediationInProgressAnnotation]
+	if recorded == "" || len(e.newMachines()) != 0 {
+		t.Fatalf("after the first pass: in progress %q, %d new Machines", recorded, len(e.newMachines()))
+	}
+	updateStatus(ctx, s)
+	if c := conditions.Get(f.kcp, controlplanev1.RemediatingCondition); c == nil || c.Status != metav1.ConditionTrue || c.Reason != controlplanev1.RemediatingReason {
+		t.Errorf("Remediating = %+v", c)
+	}
+
+	// While m2 drains, nothing else happens.
+	s = run()
+	if !strings.Contains(s.waitMessage, "to be drained") || len(e.newMachines()) != 0 {
+		t.Fatalf("second pass: %q, %d new Machines", s.waitMessage, len(e.newMachines()))
+	}
+	// Drained: its member leaves, then it goes.
+	m2 := e.getMachine("m2")
+	withCondition(clusterv1.MachineDeletingCondition, metav1.ConditionTrue, waiting)(m2)
+	if err := e.c.Status().Update(ctx, m2); err != nil {
+		t.Fatal(err)
+	}
+	s = run()
+	if !strings.Contains(s.waitMessage, "waiting for the etcd member of Machine m2 to leave") {
+		t.Fatalf("third pass: %q", s.waitMessage)
+	}
+	member := e.getK0sMember("m2")
+	member.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Joined", "status": "False"}}}
+	if err := e.wc.Update(ctx, member); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	m2 = e.getMachine("m2")
+	if hasHook(m2) {
+		t.Fatal("hook kept after the member left")
+	}
+	m2.Finalizers = nil
+	if err := e.c.Update(ctx, m2); err != nil {
+		t.Fatal(err)
+	}
+
+	s = run()
+	created := e.newMachines()
+	if len(created) != 1 {
+		t.Fatalf("created %d replacements, want 1 (%s)", len(created), s.waitMessage)
+	}
+	if got := created[0].Annotations[controlplanev1.RemediationForAnnotation]; got != recorded {
+		t.Errorf("replacement remediation-for = %q, want %q", got, recorded)
+	}
+	if _, ok := f.kcp.Annotations[controlplanev1.RemediationInProgressAnnotation]; ok {
+		t.Error("in-progress annotation kept after the replacement was created")
+	}
+	if !hasHook(&created[0]) {
+		t.Error("replacement has no pre-terminate hook")
+	}
+	updateStatus(ctx, s)
+	if c := conditions.Get(f.kcp, controlplanev1.RemediatingCondition); c == nil || c.Status != metav1.ConditionTrue {
+		// The pass that created the replacement still reported the remediation it completed.
+		t.Errorf("Remediating = %+v", c)
+	}
+	s = e.scope(ctx)
+	if _, err := e.r.reconcileRemediation(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	updateStatus(ctx, s)
+	if c := conditions.Get(f.kcp, controlplanev1.RemediatingCondition); c == nil || c.Status != metav1.ConditionFalse || c.Reason != controlplanev1.NotRemediatingReason {
+		t.Errorf("Remediating after the replacement = %+v", c)
+	}
+}
+
+func TestParseRemediationData(t *testing.T) {
+	d, err := parseRemediationData(`{"machine":"m1","timestamp":"2025-03-04T05:06:07Z","retryCount":2}`)
+	if err != nil || d.Machine != "m1" || d.RetryCount != 2 || d.Timestamp.UTC().Format(time.RFC3339) != "2025-03-04T05:06:07Z" {
+		t.Errorf("parse = %+v, %v", d, err)
+	}
+	if _, err := parseRemediationData(""); err == nil {
+		t.Error("empty data parsed")
+	}
+}

@@ -1,0 +1,222 @@
+package webhooks
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+)
+
+func kcpTemplate(annotations map[string]string, mutate func(s *controlplanev1.KairosControlPlaneTemplateResourceSpec)) *controlplanev1.KairosControlPlaneTemplate {
+	t := &controlplanev1.KairosControlPlaneTemplate{
+		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "cp", Annotations: annotations},
+		Spec: controlplanev1.KairosControlPlaneTemplateSpec{Template: controlplanev1.KairosControlPlaneTemplateResource{
+			Spec: controlplanev1.KairosControlPlaneTemplateResourceSpec{KairosConfigSpec: bootstrapv1.KairosConfigSpec{UserPassword: "s3cret"}},
+		}},
+	}
+	if mutate != nil {
+		mutate(&t.Spec.Template.Spec)
+	}
+	return t
+}
+
+func withRequest(dryRun *bool) context.Context {
+	return admission.NewContextWithRequest(context.Background(), admission.Request{AdmissionRequest: admissionv1.AdmissionRequest{
+		UID: "uid", Operation: admissionv1.Update, DryRun: dryRun,
+	}})
+}
+
+func TestKairosControlPlaneTemplateUpdate(t *testing.T) {
+	dryRunAnnotation := map[string]string{clusterv1.TopologyDryRunAnnotation: ""}
+	changed := func(s *controlplanev1.KairosControlPlaneTemplateResourceSpec) {
+		s.KairosConfigSpec.PreCommands = []string{"echo changed"}
+	}
+	cases := []struct {
+		name string
+		ctx  context.Context
+		// annotations are those of the new object.
+		annotations map[string]string
+		oldMutate   func(s *controlplanev1.KairosControlPlaneTemplateResourceSpec)
+		newMutate   func(s *controlplanev1.KairosControlPlaneTemplateResourceSpec)
+		wantErr     string
+	}{
+		{name: "unchanged", ctx: withRequest(nil)},
+		{name: "changed: immutable", ctx: withRequest(nil), newMutate: changed,
+			wantErr: "KairosControlPlaneTemplate spec is immutable: create a new template and point the ClusterClass at it"},
+		{name: "changed in a topology dry run: tolerated", ctx: withRequest(ptr.To(true)), annotations: dryRunAnnotation, newMutate: changed},
+		{name: "changed in a dry run without the topology annotation", ctx: withRequest(ptr.To(true)), newMutate: changed,
+			wantErr: "immutable"},
+		{name: "changed with the annotation but not a dry run", ctx: withRequest(ptr.To(false)), annotations: dryRunAnnotation, newMutate: changed,
+			wantErr: "immutable"},
+		{name: "only defaults added: not a change", ctx: withRequest(nil),
+			newMutate: func(s *controlplanev1.KairosControlPlaneTemplateResourceSpec) { s.Default() }},
+		{name: "a dry run is still validated", ctx: withRequest(ptr.To(true)), annotations: dryRunAnnotation,
+			newMutate: func(s *controlplanev1.KairosControlPlaneTemplateResourceSpec) { s.Distribution = "rke2" },
+			wantErr:   "spec.template.spec.distribution"},
+		{name: "no admission request in the context", ctx: context.Background(), wantErr: "expected an admission.Request inside context"},
+	}
+	w := &KairosControlPlaneTemplate{}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			oldT := kcpTemplate(nil, tc.oldMutate)
+			newT := kcpTemplate(tc.annotations, tc.newMutate)
+			warnings, err := w.ValidateUpdate(tc.ctx, oldT, newT)
+			if len(warnings) != 0 {
+				t.Errorf("warnings = %q", warnings)
+			}
+			if tc.wantErr == "" {
+				if err != nil {
+					t.Fatalf("ValidateUpdate: %v", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Fatalf("error = %v, want %q", err, tc.wantErr)
+			}
+			if !apierrors.IsInvalid(err) && !apierrors.IsBadRequest(err) {
+				t.Errorf("error is neither Invalid nor BadRequest: %v", err)
+			}
+		})
+	}
+}
+
+func TestKairosControlPlaneTemplateCreateAndDefault(t *testing.T) {
+	w := &KairosControlPlaneTemplate{}
+	tmpl := kcpTemplate(nil, nil)
+	if err := w.Default(context.Background(), tmpl); err != nil {
+		t.Fatal(err)
+	}
+	s := tmpl.Spec.Template.Spec
+	if s.Distribution != bootstrapv1.DistributionK0s || s.Rollout.Strategy.Type != controlplanev1.RollingUpdateStrategyType ||
+		s.Rollout.Strategy.RollingUpdate.MaxSurge == nil || s.Rollout.Strategy.RollingUpdate.MaxSurge.IntValue() != 1 {
+		t.Errorf("defaulted template spec = %+v", s)
+	}
+	if s.KairosConfigSpec.UserName != "" {
+		t.Error("the embedded KairosConfigSpec was defaulted: it must stay as written")
+	}
+	if _, err := w.ValidateCreate(context.Background(), tmpl); err != nil {
+		t.Errorf("ValidateCreate: %v", err)
+	}
+	bad := kcpTemplate(nil, func(s *controlplanev1.KairosControlPlaneTemplateResourceSpec) {
+		s.KairosConfigSpec.Role = bootstrapv1.RoleWorker
+	})
+	if _, err := w.ValidateCreate(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "spec.template.spec.kairosConfigSpec.role") {
+		t.Errorf("worker role accepted: %v", err)
+	}
+	badMeta := kcpTemplate(nil, nil)
+	badMeta.Spec.Template.ObjectMeta.Labels = map[string]string{"not a label!": "x"}
+	if _, err := w.ValidateCreate(context.Background(), badMeta); err == nil || !strings.Contains(err.Error(), "spec.template.metadata") {
+		t.Errorf("invalid template metadata accepted: %v", err)
+	}
+	if warnings, err := w.ValidateDelete(context.Background(), tmpl); warnings != nil || err != nil {
+		t.Errorf("ValidateDelete = %v, %v", warnings, err)
+	}
+}
+
+func TestKairosControlPlaneWebhook(t *testing.T) {
+	w := &KairosControlPlane{}
+	ctx := context.Background()
+	kcp := func(mutate func(s *controlplanev1.KairosControlPlaneSpec)) *controlplanev1.KairosControlPlane {
+		spec := validSpec()
+		if mutate != nil {
+			mutate(&spec)
+		}
+		return &controlplanev1.KairosControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "cp"}, Spec: spec}
+	}
+
+	t.Run("default", func(t *testing.T) {
+		c := kcp(func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = nil })
+		if err := w.Default(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+		if ptr.Deref(c.Spec.Replicas, 0) != 1 || c.Spec.Distribution != bootstrapv1.DistributionK0s || c.Spec.Rollout.Strategy.RollingUpdate.MaxSurge == nil {
+			t.Errorf("defaulted spec = %+v", c.Spec)
+		}
+	})
+
+	createCases := []struct {
+		name         string
+		mutate       func(s *controlplanev1.KairosControlPlaneSpec)
+		wantErr      string
+		wantWarnings []string
+	}{
+		{name: "valid"},
+		{name: "undefaulted object validates as defaulted", mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+			s.Replicas = nil
+			s.Rollout = controlplanev1.KairosControlPlaneRolloutSpec{}
+		}},
+		{name: "even replicas warn", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = ptr.To[int32](2) },
+			wantWarnings: []string{"use an odd number such as 3"}},
+		{name: "invalid version", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.Version = "1.31" },
+			wantErr: "spec.version"},
+		{name: "duplicate file path",
+			mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+				s.KairosConfigSpec.Files = []bootstrapv1.File{{Path: "/etc/hosts", Content: "x"}, {Path: "/etc/hosts", Content: "y"}}
+			},
+			wantErr: "spec.kairosConfigSpec.files[1].path"},
+		{name: "file the renderer writes: refused by the dry render",
+			mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+				s.KairosConfigSpec.Files = []bootstrapv1.File{{Path: "/etc/k0s/k0s.yaml", Content: "x"}}
+			},
+			wantErr: "spec.kairosConfigSpec: Invalid value: the Kairos document cannot be built from this spec"},
+		{name: "template reference: no dry render of the empty inline spec",
+			mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+				s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}
+				s.KairosConfigTemplate = &controlplanev1.KairosConfigTemplateReference{Name: "cp-config"}
+			}},
+	}
+	for _, tc := range createCases {
+		t.Run("create "+tc.name, func(t *testing.T) {
+			warnings, err := w.ValidateCreate(ctx, kcp(tc.mutate))
+			if tc.wantErr == "" && err != nil {
+				t.Fatalf("ValidateCreate: %v", err)
+			}
+			if tc.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tc.wantErr) || !apierrors.IsInvalid(err)) {
+				t.Fatalf("error = %v, want Invalid with %q", err, tc.wantErr)
+			}
+			if len(warnings) != len(tc.wantWarnings) {
+				t.Fatalf("warnings = %q, want %q", warnings, tc.wantWarnings)
+			}
+			for i, want := range tc.wantWarnings {
+				if !strings.Contains(warnings[i], want) {
+					t.Errorf("warning = %q, want %q", warnings[i], want)
+				}
+			}
+		})
+	}
+
+	t.Run("update", func(t *testing.T) {
+		old := kcp(nil)
+		if _, err := w.ValidateUpdate(ctx, old, kcp(func(s *controlplanev1.KairosControlPlaneSpec) { s.Version = "v1.32.0" })); err != nil {
+			t.Errorf("minor upgrade refused: %v", err)
+		}
+		_, err := w.ValidateUpdate(ctx, old, kcp(func(s *controlplanev1.KairosControlPlaneSpec) { s.Version = "v1.33.0" }))
+		if err == nil || !strings.Contains(err.Error(), "cannot skip a minor version") {
+			t.Errorf("skipping a minor: %v", err)
+		}
+		_, err = w.ValidateUpdate(ctx, old, kcp(func(s *controlplanev1.KairosControlPlaneSpec) { s.Distribution = bootstrapv1.DistributionK3s }))
+		if err == nil || !strings.Contains(err.Error(), "spec.distribution") {
+			t.Errorf("distribution change: %v", err)
+		}
+		// An object stored before distribution was defaulted compares as k0s.
+		undefaulted := kcp(nil)
+		undefaulted.Spec.Distribution = ""
+		if _, err := w.ValidateUpdate(ctx, undefaulted, kcp(func(s *controlplanev1.KairosControlPlaneSpec) { s.Distribution = bootstrapv1.DistributionK0s })); err != nil {
+			t.Errorf("defaulting the distribution refused: %v", err)
+		}
+	})
+
+	if warnings, err := w.ValidateDelete(ctx, kcp(nil)); warnings != nil || err != nil {
+		t.Errorf("ValidateDelete = %v, %v", warnings, err)
+	}
+}
