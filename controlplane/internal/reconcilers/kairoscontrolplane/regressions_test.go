@@ -28,7 +28,7 @@ import (
 // Result, so nothing schedules the next rotation. The manager sets no SyncPeriod (10 h
 // default), so with clientCertificateValiditySeconds below ~15 h and no other event the
 // certificate can expire before the next reconcile.
-func TestBugKubeconfigNoRequeueAfterCreateOrRotate(t *testing.T) {
+func TestRegressionKubeconfigNoRequeueAfterCreateOrRotate(t *testing.T) {
 	ctx := testContext(t)
 	const validity = time.Hour
 	f := newFixture(t)
@@ -57,7 +57,7 @@ func TestBugKubeconfigNoRequeueAfterCreateOrRotate(t *testing.T) {
 
 // BUG 2: a rollout.after in the future schedules no reconcile at that time: the rollout starts
 // only with an unrelated event, at worst the kubeconfig rotation requeue (16 h by default).
-func TestBugRolloutAfterInTheFutureIsNotRequeued(t *testing.T) {
+func TestRegressionRolloutAfterInTheFutureIsNotRequeued(t *testing.T) {
 	ctx := testContext(t)
 	f := newFixture(t)
 	f.objs = append(f.objs, clusterPKI(t)...)
@@ -82,7 +82,7 @@ func TestBugRolloutAfterInTheFutureIsNotRequeued(t *testing.T) {
 // remediation is not followed by one (the control plane was above its replica count, e.g.
 // scaling 5 -> 3), it stays forever: Remediating stays True and no later unhealthy Machine is
 // ever remediated.
-func TestBugRemediationInProgressNeverClearedWithoutScaleUp(t *testing.T) {
+func TestRegressionRemediationInProgressNeverClearedWithoutScaleUp(t *testing.T) {
 	ctx := testContext(t)
 	f := newFixture(t) // 3 replicas
 	f.machine("m1", 5*time.Hour)
@@ -138,7 +138,7 @@ func TestBugRemediationInProgressNeverClearedWithoutScaleUp(t *testing.T) {
 // lastRemediation) before deleting the Machine; when the delete fails the deferred patch
 // still persists them, and the control plane then waits for a replacement of a Machine that
 // was never deleted (see bug 3: forever when no scale-up follows).
-func TestBugRemediationRecordedWhenDeleteFails(t *testing.T) {
+func TestRegressionRemediationRecordedWhenDeleteFails(t *testing.T) {
 	ctx := testContext(t)
 	f := newFixture(t)
 	f.kcp.Finalizers = []string{Finalizer}
@@ -169,7 +169,7 @@ func TestBugRemediationRecordedWhenDeleteFails(t *testing.T) {
 // BUG 5 (cosmetic): with a missing KairosConfigTemplate the ScalingUp message repeats the
 // same line: scaleUp halts with configTemplateErr as the wait message, and blockers() adds
 // configTemplateErr again.
-func TestBugScalingUpMessageRepeatsTemplateError(t *testing.T) {
+func TestRegressionScalingUpMessageRepeatsTemplateError(t *testing.T) {
 	ctx := testContext(t)
 	f := newFixture(t)
 	f.machine("m1", time.Hour)
@@ -190,7 +190,7 @@ func TestBugScalingUpMessageRepeatsTemplateError(t *testing.T) {
 // BUG 6: reconcilePreTerminateHooks' doc says members are removed "only while the remaining
 // members keep quorum", but it never checks: a Machine deleted by hand (kubectl delete
 // machine) while another member is down gets its member removed, and etcd loses quorum.
-func TestBugPreTerminateHookIgnoresQuorum(t *testing.T) {
+func TestRegressionPreTerminateHookIgnoresQuorum(t *testing.T) {
 	ctx := testContext(t)
 	f := newFixture(t)
 	f.machine("m1", 3*time.Hour, deleting(time.Minute, clusterv1.MachineDeletingWaitingForPreTerminateHookReason))
@@ -210,7 +210,7 @@ func TestBugPreTerminateHookIgnoresQuorum(t *testing.T) {
 // BUG 7 (minor): when reconcileDelete fails before it knows what it waits for (listing
 // Machines fails), updateStatus sets the Deleting condition with an empty reason, which the
 // API server rejects (reason is required), so the status patch fails as well.
-func TestBugDeletingConditionEmptyReasonOnError(t *testing.T) {
+func TestRegressionDeletingConditionEmptyReasonOnError(t *testing.T) {
 	ctx := testContext(t)
 	f := newFixture(t)
 	f.kcp.DeletionTimestamp = ptr.To(metav1.Now())
