@@ -9,6 +9,7 @@ require (
 	github.com/kairos-capi/kairos-capi/common v0.0.0-00010101000000-000000000000
 	github.com/kairos-capi/kairos-capi/controlplane v0.0.0-00010101000000-000000000000
 	github.com/kairos-capi/kairos-capi/controlplane/api v0.0.0-00010101000000-000000000000
+	github.com/kairos-capi/kairos-capi/release v0.0.0-00010101000000-000000000000
 	github.com/kairos-io/kairos-sdk v0.25.3
 	github.com/mudler/yip v1.25.1
 	github.com/santhosh-tekuri/jsonschema/v5 v5.3.1
@@ -197,4 +198,5 @@ replace (
 	github.com/kairos-capi/kairos-capi/common => ../common
 	github.com/kairos-capi/kairos-capi/controlplane => ../controlplane
 	github.com/kairos-capi/kairos-capi/controlplane/api => ../controlplane/api
+	github.com/kairos-capi/kairos-capi/release => ../release
 )
