@@ -23,6 +23,7 @@ import (
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/release/repo"
+	"github.com/kairos-capi/kairos-capi/test/clusterctlrepo"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	infrav1 "github.com/kairos-capi/kairos-capi/test/infrastructure/api/v1beta2"
 )
@@ -82,7 +83,7 @@ type management struct {
 	Client     client.Client
 	Kubeconfig clusterctlclient.Kubeconfig
 	Clusterctl clusterctlclient.Client
-	Repos      *repositories
+	Repos      *clusterctlrepo.Repositories
 
 	// dir holds this cluster's kubeconfigs, serving certificate and manager logs.
 	dir string

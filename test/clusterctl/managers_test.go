@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -17,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/uuid"
@@ -31,6 +29,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
 
+	"github.com/kairos-capi/kairos-capi/test/clusterctlrepo"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 )
 
@@ -239,56 +238,11 @@ func managerContainer(d *appsv1.Deployment) *corev1.Container {
 	return nil
 }
 
-// pointWebhooks points every webhook of a provider's installed webhook configurations at a
-// local server on port, trusting the test CA: what the webhook Service and cert-manager's CA
-// injector do in a real cluster.
+// pointWebhooks points a provider's installed webhooks at a local server on port.
 func (m *management) pointWebhooks(t *testing.T, label string, port int) {
 	t.Helper()
-	ctx := context.Background()
-	point := func(cc *admissionv1.WebhookClientConfig) {
-		var path string
-		switch {
-		case cc.Service != nil && cc.Service.Path != nil:
-			path = *cc.Service.Path
-		case cc.URL != nil:
-			u, err := url.Parse(*cc.URL)
-			if err != nil {
-				t.Fatal(err)
-			}
-			path = u.Path
-		}
-		u := "https://127.0.0.1:" + strconv.Itoa(port) + path
-		*cc = admissionv1.WebhookClientConfig{URL: &u, CABundle: m.caBundle}
-	}
-	selector := client.MatchingLabels{clusterv1.ProviderNameLabel: label}
-	mutating := &admissionv1.MutatingWebhookConfigurationList{}
-	if err := m.Client.List(ctx, mutating, selector); err != nil {
-		t.Fatal(err)
-	}
-	validating := &admissionv1.ValidatingWebhookConfigurationList{}
-	if err := m.Client.List(ctx, validating, selector); err != nil {
-		t.Fatal(err)
-	}
-	if len(mutating.Items)+len(validating.Items) == 0 {
-		t.Fatalf("%s: no webhook configurations of %s installed", m.Name, label)
-	}
-	for i := range mutating.Items {
-		w := &mutating.Items[i]
-		for j := range w.Webhooks {
-			point(&w.Webhooks[j].ClientConfig)
-		}
-		if err := m.Client.Update(ctx, w); err != nil {
-			t.Fatal(err)
-		}
-	}
-	for i := range validating.Items {
-		w := &validating.Items[i]
-		for j := range w.Webhooks {
-			point(&w.Webhooks[j].ClientConfig)
-		}
-		if err := m.Client.Update(ctx, w); err != nil {
-			t.Fatal(err)
-		}
+	if err := clusterctlrepo.PointWebhooks(context.Background(), m.Client, label, port, m.caBundle, nil); err != nil {
+		t.Fatalf("%s: %v", m.Name, err)
 	}
 }
 

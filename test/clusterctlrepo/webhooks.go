@@ -1,0 +1,86 @@
+package clusterctlrepo
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strconv"
+
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+)
+
+// PointWebhooks points the webhooks of a provider's installed webhook configurations (selected
+// by its clusterctl label) at a local server on port that presents a certificate of caBundle:
+// what the webhook Service and cert-manager's CA injector do in a real cluster. Webhooks whose
+// path keep rejects are dropped (nobody would answer them); keep nil keeps all.
+func PointWebhooks(ctx context.Context, c client.Client, label string, port int, caBundle []byte, keep func(path string) bool) error {
+	point := func(cc *admissionv1.WebhookClientConfig) (bool, error) {
+		var path string
+		switch {
+		case cc.Service != nil && cc.Service.Path != nil:
+			path = *cc.Service.Path
+		case cc.URL != nil:
+			u, err := url.Parse(*cc.URL)
+			if err != nil {
+				return false, err
+			}
+			path = u.Path
+		}
+		if keep != nil && !keep(path) {
+			return false, nil
+		}
+		u := "https://127.0.0.1:" + strconv.Itoa(port) + path
+		*cc = admissionv1.WebhookClientConfig{URL: &u, CABundle: caBundle}
+		return true, nil
+	}
+	selector := client.MatchingLabels{clusterv1.ProviderNameLabel: label}
+	mutating := &admissionv1.MutatingWebhookConfigurationList{}
+	if err := c.List(ctx, mutating, selector); err != nil {
+		return err
+	}
+	validating := &admissionv1.ValidatingWebhookConfigurationList{}
+	if err := c.List(ctx, validating, selector); err != nil {
+		return err
+	}
+	if len(mutating.Items)+len(validating.Items) == 0 {
+		return fmt.Errorf("no webhook configurations of %s installed", label)
+	}
+	for i := range mutating.Items {
+		w := &mutating.Items[i]
+		hooks := w.Webhooks[:0]
+		for _, hk := range w.Webhooks {
+			ok, err := point(&hk.ClientConfig)
+			if err != nil {
+				return err
+			}
+			if ok {
+				hooks = append(hooks, hk)
+			}
+		}
+		w.Webhooks = hooks
+		if err := c.Update(ctx, w); err != nil {
+			return err
+		}
+	}
+	for i := range validating.Items {
+		w := &validating.Items[i]
+		hooks := w.Webhooks[:0]
+		for _, hk := range w.Webhooks {
+			ok, err := point(&hk.ClientConfig)
+			if err != nil {
+				return err
+			}
+			if ok {
+				hooks = append(hooks, hk)
+			}
+		}
+		w.Webhooks = hooks
+		if err := c.Update(ctx, w); err != nil {
+			return err
+		}
+	}
+	return nil
+}
