@@ -68,9 +68,9 @@ bench: ## Run the benchmarks.
 
 ##@ Running
 
-.PHONY: run-bootstrap
-run-bootstrap: ## Run the bootstrap provider against an embedded local API server (CRDs installed).
-	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go run ./cmd/run-bootstrap
+.PHONY: sandbox
+sandbox: ## Run Cluster API, both providers and simulated Kairos machines locally, with a demo cluster.
+	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go run ./cmd/sandbox
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)

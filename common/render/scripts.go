@@ -52,8 +52,10 @@ func (b *builder) preflightScript() string {
 		s.WriteString("installed=$(k3s --version 2>/dev/null | sed -n '1s/^k3s version \\([^ ]*\\).*$/\\1/p')\n")
 	}
 	if strings.Contains(b.version, "+") {
-		// A pinned distribution release: compare the whole version.
-		s.WriteString("if [ \"$installed\" != \"$want\" ]; then\n")
+		// A distribution build: v1.31.2+k3s1 pins that release; v1.31.2+k0s (what the kubelet
+		// of k0s reports, and so what Cluster API compares Machine versions with) matches any
+		// v1.31.2+k0s.N.
+		s.WriteString("if [ \"$installed\" != \"$want\" ] && [ \"${installed#\"$want\".}\" = \"$installed\" ]; then\n")
 	} else {
 		// Compare the Kubernetes part, without the +k0s.0 / +k3s1 suffix.
 		s.WriteString("if [ \"${installed%%+*}\" != \"$want\" ]; then\n")

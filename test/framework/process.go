@@ -132,3 +132,6 @@ func (p *Process) Stop(grace time.Duration) error {
 	}
 	return p.err
 }
+
+// Pid is the process' id.
+func (p *Process) Pid() int { return p.cmd.Process.Pid }

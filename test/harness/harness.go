@@ -112,6 +112,12 @@ type Options struct {
 
 	// Registry holds the simulated nodes; default: a new one that Stop closes.
 	Registry *simnode.Registry
+
+	// Env, when set, is a running management API server whose CRDs and webhook configurations
+	// were installed by someone else (clusterctl init, in the sandbox): the harness then only
+	// runs the manager against it, serving webhooks where Env's webhook options say, and Stop
+	// leaves it running.
+	Env *framework.Environment
 }
 
 // Harness is a running management cluster with Cluster API, the bootstrap provider and the
@@ -175,14 +181,20 @@ func New(o Options) (*Harness, error) {
 		}
 	}
 
-	if err := h.startEnv(); err != nil {
+	if o.Env != nil {
+		c, err := client.New(o.Env.Config, client.Options{Scheme: h.Scheme})
+		if err != nil {
+			return nil, err
+		}
+		h.Env, h.Client = o.Env, c
+	} else if err := h.startEnv(); err != nil {
 		return nil, err
 	}
 	h.Registry, h.ownRegistry = o.Registry, o.Registry == nil
 	if h.Registry == nil {
 		reg, err := simnode.NewRegistry(simnode.Options{})
 		if err != nil {
-			_ = h.Env.Stop()
+			_ = h.Stop()
 			return nil, err
 		}
 		h.Registry = reg
@@ -216,7 +228,7 @@ func (h *Harness) Stop() error {
 	if h.ownRegistry && h.Registry != nil {
 		h.Registry.Close()
 	}
-	if h.Env != nil {
+	if h.Env != nil && h.opts.Env == nil {
 		errs = append(errs, h.Env.Stop())
 	}
 	return errors.Join(errs...)
@@ -272,6 +284,12 @@ func (h *Harness) startEnv() error {
 // resource in their path); the others' configurations are not installed.
 var servedCAPIWebhooks = sets.New("cluster", "clusterclass", "machine", "machineset", "machinedeployment", "machinehealthcheck", "machinedrainrule")
 
+// ServesCAPIWebhook tells whether the harness serves the Cluster API webhook at path.
+func ServesCAPIWebhook(path string) bool {
+	i := strings.LastIndex(path, "-v1beta2-")
+	return i >= 0 && servedCAPIWebhooks.Has(path[i+len("-v1beta2-"):])
+}
+
 // webhookConfigurations reads the webhook configurations of Cluster API, the bootstrap provider
 // and the extra providers. Each gets a unique name: controller-gen names every provider's
 // configurations alike, and envtest would let the last one win.
@@ -291,10 +309,7 @@ func (h *Harness) webhookConfigurations() ([]*admissionv1.MutatingWebhookConfigu
 	}{{
 		prefix: "capi",
 		files:  []string{filepath.Join(capiDir, "core", "config", "webhook", "manifests.yaml")},
-		keep: func(path string) bool {
-			i := strings.LastIndex(path, "-v1beta2-")
-			return i >= 0 && servedCAPIWebhooks.Has(path[i+len("-v1beta2-"):])
-		},
+		keep:   ServesCAPIWebhook,
 	}}
 	dirs := append([]string{filepath.Join(root, "bootstrap", "config", "webhook")}, h.opts.ExtraWebhookDirs...)
 	for i, d := range dirs {

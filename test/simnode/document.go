@@ -259,8 +259,8 @@ func (p *plan) installedVersion(installed string) string {
 }
 
 // preflight runs the check of the document's preflight script: the installed distribution
-// must match the wanted version (the whole version when the wanted one pins a build, the
-// Kubernetes part otherwise).
+// must match the wanted version (the Kubernetes part when no build is wanted; otherwise the
+// whole version, or a release of the wanted build: v1.31.2+k0s matches v1.31.2+k0s.0).
 func (p *plan) preflight(installed string) error {
 	if _, ok := p.files[render.PreflightScript]; !ok {
 		return nil
@@ -273,7 +273,7 @@ func (p *plan) preflight(installed string) error {
 	if !strings.Contains(want, "+") {
 		have, _, _ = strings.Cut(installed, "+")
 	}
-	if have != want {
+	if have != want && !strings.HasPrefix(installed, want+".") {
 		shown := installed
 		if shown == "" {
 			shown = "none"

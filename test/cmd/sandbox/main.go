@@ -1,0 +1,289 @@
+// Command sandbox runs a whole Kairos Cluster API setup on one machine with only Go: a local
+// management API server, `clusterctl init` of Cluster API and both Kairos providers from
+// repositories built by the release module, the providers, Cluster API's core controllers and
+// a simulated infrastructure whose machines are simulated Kairos nodes (each cluster gets a
+// real workload API server). It creates a cluster from the control-plane provider's
+// cluster-template.yaml (k0s, 1 control plane, 2 workers), shows the cluster tree until it is
+// ready, and keeps running with the management kubeconfig printed. Ctrl-C stops everything.
+//
+//	make sandbox
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/klog/v2"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctlclient "sigs.k8s.io/cluster-api/cmd/clusterctl/client"
+	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/tree"
+	clusterctllog "sigs.k8s.io/cluster-api/cmd/clusterctl/log"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/util/conditions"
+
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	cpsetup "github.com/kairos-capi/kairos-capi/controlplane/setup"
+	"github.com/kairos-capi/kairos-capi/release/repo"
+	"github.com/kairos-capi/kairos-capi/test/clusterctlrepo"
+	"github.com/kairos-capi/kairos-capi/test/framework"
+	"github.com/kairos-capi/kairos-capi/test/harness"
+)
+
+const (
+	providerVersion = "v0.1.0"
+	// kubernetesVersion is what the simulated nodes run (the envtest API server's version),
+	// written as a k0s kubelet reports it, so that Cluster API sees the nodes up to date.
+	kubernetesVersion = "v1.36.3+k0s"
+)
+
+func main() {
+	name := flag.String("cluster", "demo", "name of the cluster created from cluster-template.yaml")
+	workers := flag.Int64("workers", 2, "worker Machines of the cluster")
+	flag.Parse()
+	if err := run(*name, *workers); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox:", err)
+		os.Exit(1)
+	}
+}
+
+func say(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
+
+func run(clusterName string, workers int64) (reterr error) {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	l := framework.Logger()
+	ctrl.SetLogger(l)
+	klog.SetLogger(l)
+	clusterctllog.SetLogger(l)
+
+	dir, err := os.MkdirTemp("", "kairos-sandbox-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	say("Building the clusterctl repositories of Cluster API and the Kairos providers (%s)", providerVersion)
+	repos, err := clusterctlrepo.Build(filepath.Join(dir, "repository"), providerVersion)
+	if err != nil {
+		return err
+	}
+
+	say("Starting the management API server (the first run builds it from source, about 10 minutes)")
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	env, err := framework.Start(framework.Options{CRDs: repos.CertManagerCRDs, Scheme: scheme})
+	if err != nil {
+		return err
+	}
+	defer func() { reterr = errors.Join(reterr, env.Stop()) }()
+	kubeconfig, err := env.AdminKubeconfig()
+	if err != nil {
+		return err
+	}
+	kubeconfigPath := filepath.Join(os.TempDir(), "kairos-capi-sandbox.kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+		return err
+	}
+
+	// clusterctl reads template variables from the environment.
+	password := os.Getenv("KAIROS_USER_PASSWORD")
+	if password == "" {
+		password = rand.String(16)
+		if err := os.Setenv("KAIROS_USER_PASSWORD", password); err != nil {
+			return err
+		}
+	}
+	cc, err := clusterctlclient.New(ctx, repos.ConfigFile)
+	if err != nil {
+		return err
+	}
+	kc := clusterctlclient.Kubeconfig{Path: kubeconfigPath}
+	say("clusterctl init --core cluster-api --bootstrap kairos --control-plane kairos --infrastructure sim")
+	if _, err := cc.Init(ctx, clusterctlclient.InitOptions{
+		Kubeconfig:              kc,
+		CoreProvider:            "cluster-api:" + repos.CoreVersion,
+		BootstrapProviders:      []string{clusterctlrepo.ProviderName + ":" + providerVersion},
+		ControlPlaneProviders:   []string{clusterctlrepo.ProviderName + ":" + providerVersion},
+		InfrastructureProviders: []string{clusterctlrepo.SimProviderName + ":" + clusterctlrepo.SimVersion},
+		// No kubelet runs the Deployments: the controllers run in this process instead.
+		WaitProviders: false,
+	}); err != nil {
+		return fmt.Errorf("clusterctl init: %w", err)
+	}
+
+	// The installed webhook configurations call Services nobody backs here: point them at
+	// this process, which serves every webhook below.
+	wh := env.WebhookInstallOptions
+	for label, keep := range map[string]func(string) bool{
+		"cluster-api": harness.ServesCAPIWebhook, repo.Bootstrap.Label: nil, repo.ControlPlane.Label: nil,
+	} {
+		if err := clusterctlrepo.PointWebhooks(ctx, env.Client, label, wh.LocalServingPort, wh.LocalServingCAData, keep); err != nil {
+			return err
+		}
+	}
+
+	say("Starting Cluster API, the Kairos providers and the simulated infrastructure")
+	h, err := harness.New(harness.Options{
+		Env:         env,
+		AddToScheme: []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
+		Setup: []harness.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
+			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 2})
+		}},
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { reterr = errors.Join(reterr, h.Stop()) }()
+
+	templatePath := filepath.Join(repos.Dir, repo.ControlPlane.Label, providerVersion, "cluster-template.yaml")
+	say("clusterctl generate cluster %s --from %s | kubectl apply -f -", clusterName, templatePath)
+	tmpl, err := cc.GetClusterTemplate(ctx, clusterctlclient.GetClusterTemplateOptions{
+		Kubeconfig:               kc,
+		URLSource:                &clusterctlclient.URLSourceOptions{URL: templatePath},
+		ClusterName:              clusterName,
+		TargetNamespace:          metav1.NamespaceDefault,
+		KubernetesVersion:        kubernetesVersion,
+		ControlPlaneMachineCount: ptrTo(int64(1)),
+		WorkerMachineCount:       ptrTo(workers),
+	})
+	if err != nil {
+		return fmt.Errorf("generating the cluster: %w", err)
+	}
+	for _, obj := range tmpl.Objs() {
+		o := obj.DeepCopy()
+		if err := h.Client.Create(ctx, o); err != nil {
+			return fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
+		}
+	}
+
+	say("Waiting for cluster %s (Ctrl-C stops the sandbox)", clusterName)
+	if err := watchCluster(ctx, cc, kc, h.Client, clusterName, 1+int(workers), os.Stdout); err != nil {
+		return err
+	}
+
+	fmt.Printf(`
+The sandbox is running. Management cluster:
+
+  export KUBECONFIG=%[1]s
+  kubectl get clusters,kairoscontrolplanes,machines -A
+  kubectl scale kairoscontrolplane %[2]s-control-plane --replicas=3
+  kubectl get secret %[2]s-kubeconfig -o jsonpath='{.data.value}' | base64 -d > %[2]s.kubeconfig   # the workload cluster
+
+Machines of your own clusters use the simulated infrastructure kinds KairosSimCluster,
+KairosSimMachineTemplate and KairosSimMachine (infrastructure.cluster.x-k8s.io/v1beta2);
+each simulated machine boots the Kairos document it is given. The login password of the
+template's nodes is %[3]q (KAIROS_USER_PASSWORD).
+
+Press Ctrl-C to stop everything.
+`, kubeconfigPath, clusterName, password)
+	<-ctx.Done()
+	say("Stopping")
+	return nil
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// watchCluster prints the cluster tree whenever it changes, until the control plane is available
+// and every Machine runs.
+func watchCluster(ctx context.Context, cc clusterctlclient.Client, kc clusterctlclient.Kubeconfig, c client.Client, name string, machines int, w io.Writer) error {
+	last := ""
+	for {
+		objTree, err := cc.DescribeCluster(ctx, clusterctlclient.DescribeClusterOptions{
+			Kubeconfig: kc, Namespace: metav1.NamespaceDefault, ClusterName: name, Grouping: false,
+		})
+		if err == nil {
+			if s := render(objTree); s != last {
+				fmt.Fprintf(w, "\n%s%s", time.Now().Format("15:04:05 "), s)
+				last = s
+			}
+		}
+		if ready(ctx, c, name, machines) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
+
+func ready(ctx context.Context, c client.Client, name string, want int) bool {
+	cluster := &clusterv1.Cluster{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: name}, cluster); err != nil {
+		return false
+	}
+	if !conditions.IsTrue(cluster, clusterv1.ClusterControlPlaneAvailableCondition) {
+		return false
+	}
+	list := &clusterv1.MachineList{}
+	if err := c.List(ctx, list, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{clusterv1.ClusterNameLabel: name}); err != nil {
+		return false
+	}
+	running := 0
+	for _, m := range list.Items {
+		if m.Status.Phase == string(clusterv1.MachinePhaseRunning) && m.Status.NodeRef.IsDefined() {
+			running++
+		}
+	}
+	return running == want
+}
+
+// render prints an object tree with each object's Ready (or Available) condition.
+func render(t *tree.ObjectTree) string {
+	var b strings.Builder
+	var walk func(obj client.Object, prefix string)
+	walk = func(obj client.Object, prefix string) {
+		fmt.Fprintf(&b, "%s%s\n", prefix, describe(obj))
+		children := t.GetObjectsByParent(obj.GetUID())
+		sort.Slice(children, func(i, j int) bool {
+			return children[i].GetObjectKind().GroupVersionKind().Kind+children[i].GetName() <
+				children[j].GetObjectKind().GroupVersionKind().Kind+children[j].GetName()
+		})
+		for _, child := range children {
+			walk(child, prefix+"  ")
+		}
+	}
+	walk(t.GetRoot(), "")
+	return b.String()
+}
+
+func describe(obj client.Object) string {
+	name := obj.GetObjectKind().GroupVersionKind().Kind + "/" + obj.GetName()
+	if tree.IsVirtualObject(obj) {
+		name = tree.GetMetaName(obj)
+	}
+	getter, ok := obj.(conditions.Getter)
+	if !ok {
+		return name
+	}
+	for _, typ := range []string{clusterv1.AvailableCondition, clusterv1.ReadyCondition} {
+		if c := conditions.Get(getter, typ); c != nil {
+			msg := c.Reason
+			if c.Status != metav1.ConditionTrue && c.Message != "" {
+				msg = strings.SplitN(c.Message, "\n", 2)[0]
+			}
+			return fmt.Sprintf("%-50s %s=%s %s", name, typ, c.Status, msg)
+		}
+	}
+	return name
+}

@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/test/framework"
+)
+
+// TestSandbox runs the sandbox as `make sandbox` does: it must bring the demo cluster up, let
+// the control plane be scaled through the printed kubeconfig, and leave no process behind
+// when interrupted.
+func TestSandbox(t *testing.T) {
+	dir := t.TempDir()
+	bin, err := framework.BuildBinary("./test/cmd/sandbox", dir, "sandbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := framework.StartProcess("sandbox", filepath.Join(dir, "sandbox.log"), nil, bin, "-cluster", "sbx", "-workers", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(30 * time.Second) })
+
+	framework.Eventually(t, 6*time.Minute, func() error {
+		if exited, err := p.Exited(); exited {
+			t.Fatalf("the sandbox exited early (%v):\n%s", err, p.Output())
+		}
+		if !strings.Contains(p.Output(), "The sandbox is running") {
+			return fmt.Errorf("waiting for the sandbox; output so far:\n%s", tail(p.Output(), 20))
+		}
+		return nil
+	})
+	out := p.Output()
+	for _, want := range []string{"clusterctl init", "KairosControlPlane/sbx-control-plane", "Available=True", "kubectl scale kairoscontrolplane sbx-control-plane"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the sandbox's output lacks %q:\n%s", want, out)
+		}
+	}
+
+	// The printed management kubeconfig works: scale the control plane as a user would.
+	m := regexp.MustCompile(`export KUBECONFIG=(\S+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no kubeconfig printed:\n%s", out)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", m[1])
+	if err != nil {
+		t.Fatal(err)
+	}
+	scheme := runtime.NewScheme()
+	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, controlplanev1.AddToScheme} {
+		if err := add(scheme); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	kcp := &controlplanev1.KairosControlPlane{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "default", Name: "sbx-control-plane"}, kcp); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 30*time.Second, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(kcp), kcp); err != nil {
+			return err
+		}
+		kcp.Spec.Replicas = ptrTo[int32](3)
+		return c.Update(ctx, kcp)
+	})
+	framework.Eventually(t, 4*time.Minute, func() error {
+		machines := &clusterv1.MachineList{}
+		if err := c.List(ctx, machines, client.MatchingLabels{clusterv1.MachineControlPlaneLabel: ""}); err != nil {
+			return err
+		}
+		running := 0
+		for _, m := range machines.Items {
+			if m.Status.Phase == string(clusterv1.MachinePhaseRunning) {
+				running++
+			}
+		}
+		if running != 3 {
+			return fmt.Errorf("%d of 3 control-plane Machines running", running)
+		}
+		return nil
+	})
+
+	// Interrupt it: every process it started (API servers, etcd) must be gone.
+	children := descendants(p.Pid())
+	if len(children) < 4 {
+		t.Errorf("expected the management and workload API servers and etcds below the sandbox, found %v", children)
+	}
+	if err := syscall.Kill(p.Pid(), syscall.SIGINT); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, func() error {
+		if exited, _ := p.Exited(); !exited {
+			return fmt.Errorf("the sandbox still runs after Ctrl-C")
+		}
+		return nil
+	})
+	framework.Eventually(t, 30*time.Second, func() error {
+		var alive []int
+		for _, pid := range children {
+			if syscall.Kill(pid, 0) == nil && !zombie(pid) {
+				alive = append(alive, pid)
+			}
+		}
+		if len(alive) > 0 {
+			return fmt.Errorf("processes left behind after Ctrl-C: %v", alive)
+		}
+		return nil
+	})
+}
+
+// descendants lists every process below pid.
+func descendants(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if child, err := strconv.Atoi(f); err == nil {
+				out = append(out, child)
+				out = append(out, descendants(child)...)
+			}
+		}
+	}
+	return out
+}
+
+func zombie(pid int) bool {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	fields := strings.Fields(string(data))
+	return len(fields) > 2 && fields[2] == "Z"
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
