@@ -22,7 +22,7 @@ func objectKey(o *unstructured.Unstructured, namespace string) string {
 // applies both components YAMLs to one cluster; no object of one may overwrite an object of
 // the other.
 func TestProvidersInstallSideBySide(t *testing.T) {
-	bs, cp := bootstrapComponents(t), controlPlaneComponents(t)
+	bs, cp := bootstrapProvider.components(t), controlPlaneProvider.components(t)
 
 	t.Run("own namespaces", func(t *testing.T) {
 		seen := map[string]string{}
