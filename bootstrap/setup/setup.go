@@ -26,15 +26,10 @@ const ControllerName = "kairos-bootstrap-manager"
 // DefaultTokenTTL is the default lifetime of generated join tokens.
 const DefaultTokenTTL = kairosconfig.DefaultTokenTTL
 
-// AddToScheme adds every API the provider reads to s.
-func AddToScheme(s *runtime.Scheme) error {
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme} {
-		if err := add(s); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+var schemeBuilder = runtime.NewSchemeBuilder(clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme)
+
+// AddToScheme adds every API the provider reads to a scheme.
+var AddToScheme = schemeBuilder.AddToScheme
 
 // Options configure the controller and webhooks Setup registers.
 type Options struct {

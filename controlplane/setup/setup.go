@@ -24,15 +24,10 @@ import (
 // ControllerName identifies the manager in user agents.
 const ControllerName = "kairos-controlplane-manager"
 
-// AddToScheme adds every API the provider reads to s.
-func AddToScheme(s *runtime.Scheme) error {
-	for _, add := range []func(*runtime.Scheme) error{clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme, controlplanev1.AddToScheme} {
-		if err := add(s); err != nil {
-			return err
-		}
-	}
-	return nil
-}
+var schemeBuilder = runtime.NewSchemeBuilder(clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme, controlplanev1.AddToScheme)
+
+// AddToScheme adds every API the provider reads to a scheme.
+var AddToScheme = schemeBuilder.AddToScheme
 
 // Options configure the controller and webhooks Setup registers.
 type Options struct {

@@ -138,12 +138,7 @@ func startManager(ctx context.Context) error {
 
 // newNamespace creates a namespace for one test.
 func newNamespace(t *testing.T) string {
-	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "kc-"}}
-	if err := mgmt.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	return ns.Name
+	return framework.NewNamespace(t, mgmt.Client, "kc-")
 }
 
 // testCluster is one Cluster with the objects Cluster API would create for it.

@@ -50,37 +50,38 @@ func PointWebhooks(ctx context.Context, c client.Client, label string, port int,
 	}
 	for i := range mutating.Items {
 		w := &mutating.Items[i]
-		hooks := w.Webhooks[:0]
-		for _, hk := range w.Webhooks {
-			ok, err := point(&hk.ClientConfig)
-			if err != nil {
-				return err
-			}
-			if ok {
-				hooks = append(hooks, hk)
-			}
+		var err error
+		if w.Webhooks, err = pointHooks(w.Webhooks, func(h *admissionv1.MutatingWebhook) *admissionv1.WebhookClientConfig { return &h.ClientConfig }, point); err != nil {
+			return err
 		}
-		w.Webhooks = hooks
 		if err := c.Update(ctx, w); err != nil {
 			return err
 		}
 	}
 	for i := range validating.Items {
 		w := &validating.Items[i]
-		hooks := w.Webhooks[:0]
-		for _, hk := range w.Webhooks {
-			ok, err := point(&hk.ClientConfig)
-			if err != nil {
-				return err
-			}
-			if ok {
-				hooks = append(hooks, hk)
-			}
+		var err error
+		if w.Webhooks, err = pointHooks(w.Webhooks, func(h *admissionv1.ValidatingWebhook) *admissionv1.WebhookClientConfig { return &h.ClientConfig }, point); err != nil {
+			return err
 		}
-		w.Webhooks = hooks
 		if err := c.Update(ctx, w); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// pointHooks points every hook's client config with point and keeps the hooks it accepts.
+func pointHooks[H any](hooks []H, config func(*H) *admissionv1.WebhookClientConfig, point func(*admissionv1.WebhookClientConfig) (bool, error)) ([]H, error) {
+	kept := hooks[:0]
+	for i := range hooks {
+		ok, err := point(config(&hooks[i]))
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			kept = append(kept, hooks[i])
+		}
+	}
+	return kept, nil
 }

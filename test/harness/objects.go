@@ -34,12 +34,11 @@ const DefaultDeleteTimeout = 3 * time.Minute
 // NewNamespace creates a namespace for one test (removed when the test ends).
 func (h *Harness) NewNamespace(t testing.TB) string {
 	t.Helper()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "lifecycle-"}}
-	if err := h.Client.Create(context.Background(), ns); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = h.Client.Delete(context.Background(), ns) })
-	return ns.Name
+	name := framework.NewNamespace(t, h.Client, "lifecycle-")
+	t.Cleanup(func() {
+		_ = h.Client.Delete(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}})
+	})
+	return name
 }
 
 // ClusterOptions shape a test Cluster.
