@@ -114,10 +114,7 @@ func TestComponentsChecksFire(t *testing.T) {
 		{
 			name: "object without the provider label",
 			break_: func(t *testing.T, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
-				sa := first(t, objs, "ServiceAccount", "")
-				labels := sa.GetLabels()
-				delete(labels, ProviderLabel)
-				sa.SetLabels(labels)
+				relabel(first(t, objs, "ServiceAccount", ""), ProviderLabel, "")
 				return objs
 			},
 			rule: RuleProviderLabel, object: "ServiceAccount kairos-controlplane-system/kairos-controlplane-manager",
@@ -125,10 +122,7 @@ func TestComponentsChecksFire(t *testing.T) {
 		{
 			name: "object labelled for the other provider",
 			break_: func(t *testing.T, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
-				role := first(t, objs, "ClusterRole", "")
-				labels := role.GetLabels()
-				labels[ProviderLabel] = Bootstrap.Label
-				role.SetLabels(labels)
+				relabel(first(t, objs, "ClusterRole", ""), ProviderLabel, Bootstrap.Label)
 				return objs
 			},
 			rule: RuleProviderLabel, object: "ClusterRole",
@@ -168,10 +162,7 @@ func TestComponentsChecksFire(t *testing.T) {
 		{
 			name: "CRD without the contract label",
 			break_: func(t *testing.T, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
-				crd := first(t, objs, "CustomResourceDefinition", "kairoscontrolplanetemplates")
-				labels := crd.GetLabels()
-				delete(labels, ContractLabel)
-				crd.SetLabels(labels)
+				relabel(first(t, objs, "CustomResourceDefinition", "kairoscontrolplanetemplates"), ContractLabel, "")
 				return objs
 			},
 			rule: RuleCRDContractLabel, object: "CustomResourceDefinition kairoscontrolplanetemplates.controlplane.cluster.x-k8s.io",
@@ -179,10 +170,7 @@ func TestComponentsChecksFire(t *testing.T) {
 		{
 			name: "contract label naming a version the CRD does not serve",
 			break_: func(t *testing.T, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
-				crd := first(t, objs, "CustomResourceDefinition", "kairoscontrolplanes")
-				labels := crd.GetLabels()
-				labels[ContractLabel] = "v1beta2_v1beta3"
-				crd.SetLabels(labels)
+				relabel(first(t, objs, "CustomResourceDefinition", "kairoscontrolplanes"), ContractLabel, "v1beta2_v1beta3")
 				return objs
 			},
 			rule: RuleCRDContractLabel, object: "CustomResourceDefinition kairoscontrolplanes.controlplane.cluster.x-k8s.io",
@@ -329,4 +317,15 @@ func drop(objs []*unstructured.Unstructured, kind, name string) []*unstructured.
 		out = append(out, o)
 	}
 	return out
+}
+
+// relabel sets label key of o to value, or removes it when value is empty.
+func relabel(o *unstructured.Unstructured, key, value string) {
+	labels := o.GetLabels()
+	if value == "" {
+		delete(labels, key)
+	} else {
+		labels[key] = value
+	}
+	o.SetLabels(labels)
 }

@@ -12,6 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -172,12 +174,15 @@ func (m *management) componentUIDs(t *testing.T, p providerSpec) map[string]type
 		if err := m.Client.List(ctx, l, byLabel); err != nil {
 			t.Fatal(err)
 		}
-		items, err := metaList(l)
-		if err != nil {
+		if err := meta.EachListItem(l, func(o runtime.Object) error {
+			a, err := meta.Accessor(o)
+			if err != nil {
+				return err
+			}
+			out[kind+"/"+a.GetNamespace()+"/"+a.GetName()] = a.GetUID()
+			return nil
+		}); err != nil {
 			t.Fatal(err)
-		}
-		for _, o := range items {
-			out[kind+"/"+o.GetNamespace()+"/"+o.GetName()] = o.GetUID()
 		}
 	}
 	if len(out) < len(lists) {
@@ -213,51 +218,6 @@ func (m *management) configsReady(ns string) error {
 		}
 	}
 	return nil
-}
-
-func metaList(l client.ObjectList) ([]client.Object, error) {
-	var out []client.Object
-	switch l := l.(type) {
-	case *appsv1.DeploymentList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *corev1.ServiceAccountList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *corev1.ServiceList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *admissionv1.MutatingWebhookConfigurationList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *admissionv1.ValidatingWebhookConfigurationList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *rbacv1.ClusterRoleList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *rbacv1.ClusterRoleBindingList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *rbacv1.RoleList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	case *rbacv1.RoleBindingList:
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-	default:
-		return nil, fmt.Errorf("unexpected list %T", l)
-	}
-	return out, nil
 }
 
 func deploymentUID(uids map[string]types.UID) types.UID {
