@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -209,23 +208,10 @@ func TestInvalidKairosConfigsAreRejected(t *testing.T) {
 	})
 }
 
-// warningCollector records API server warnings.
-type warningCollector struct{ warnings []string }
-
-func (w *warningCollector) HandleWarningHeader(_ int, _ string, text string) {
-	w.warnings = append(w.warnings, text)
-}
-
 func TestDefaultsAndWarnings(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := framework.Context(t)
-	collector := &warningCollector{}
-	cfg := rest.CopyConfig(mgmt.Config)
-	cfg.WarningHandler = collector
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, collector := mgmt.WarningClient(t)
 
 	obj := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Name: "defaults", Namespace: ns}}
 	if err := c.Create(ctx, obj); err != nil {
@@ -236,11 +222,11 @@ func TestDefaultsAndWarnings(t *testing.T) {
 		s.UserPassword != "kairos" || len(s.UserGroups) != 1 || s.UserGroups[0] != "admin" {
 		t.Errorf("defaults not applied: %+v", s)
 	}
-	if !containsSubstring(collector.warnings, "well-known development password") {
-		t.Errorf("no warning for the default password: %v", collector.warnings)
+	if !collector.Contain("well-known development password") {
+		t.Errorf("no warning for the default password: %v", collector.List())
 	}
 
-	collector.warnings = nil
+	collector.Reset()
 	safe := &bootstrapv1.KairosConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: "safe", Namespace: ns},
 		Spec:       bootstrapv1.KairosConfigSpec{UserPasswordSecretRef: ref("pw", ""), GithubUser: "octocat"},
@@ -251,18 +237,9 @@ func TestDefaultsAndWarnings(t *testing.T) {
 	if safe.Spec.UserPassword != "" || safe.Spec.UserPasswordSecretRef.Key != "value" {
 		t.Errorf("password defaulted although a Secret is referenced: %+v", safe.Spec)
 	}
-	if len(collector.warnings) != 0 {
-		t.Errorf("unexpected warnings: %v", collector.warnings)
+	if len(collector.List()) != 0 {
+		t.Errorf("unexpected warnings: %v", collector.List())
 	}
-}
-
-func containsSubstring(list []string, s string) bool {
-	for _, l := range list {
-		if strings.Contains(l, s) {
-			return true
-		}
-	}
-	return false
 }
 
 // TestTemplateImmutableExceptTopologyDryRun: templates are immutable, but the topology

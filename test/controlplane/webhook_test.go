@@ -7,7 +7,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -324,38 +323,10 @@ func TestInvalidUpdates(t *testing.T) {
 	}
 }
 
-// warningCollector records API server warnings.
-type warningCollector struct{ warnings []string }
-
-func (w *warningCollector) HandleWarningHeader(_ int, _ string, text string) {
-	w.warnings = append(w.warnings, text)
-}
-
-func warningClient(t *testing.T) (client.Client, *warningCollector) {
-	t.Helper()
-	collector := &warningCollector{}
-	cfg := rest.CopyConfig(mgmt.Config)
-	cfg.WarningHandler = collector
-	c, err := client.New(cfg, client.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return c, collector
-}
-
-func containsSubstring(list []string, s string) bool {
-	for _, l := range list {
-		if strings.Contains(l, s) {
-			return true
-		}
-	}
-	return false
-}
-
 func TestDefaultsAndWarnings(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := framework.Context(t)
-	c, collector := warningClient(t)
+	c, collector := mgmt.WarningClient(t)
 
 	// Only what the API requires: everything else is defaulted.
 	minimal := validSpec()
@@ -390,55 +361,55 @@ func TestDefaultsAndWarnings(t *testing.T) {
 	if stored.Spec.Replicas == nil || *stored.Spec.Replicas != 1 || stored.Spec.Distribution != bootstrapv1.DistributionK0s {
 		t.Errorf("defaults not stored: %+v", stored.Spec)
 	}
-	if !containsSubstring(collector.warnings, "spec.kairosConfigSpec.userPassword: the login user \"kairos\" has the well-known development password") {
-		t.Errorf("no warning for the default password of the embedded spec: %q", collector.warnings)
+	if !collector.Contain("spec.kairosConfigSpec.userPassword: the login user \"kairos\" has the well-known development password") {
+		t.Errorf("no warning for the default password of the embedded spec: %q", collector.List())
 	}
-	if containsSubstring(collector.warnings, "etcd members") {
-		t.Errorf("replica warning for one replica: %q", collector.warnings)
+	if collector.Contain("etcd members") {
+		t.Errorf("replica warning for one replica: %q", collector.List())
 	}
 
 	// Even replicas.
-	collector.warnings = nil
+	collector.Reset()
 	even := validSpec()
 	even.Replicas = ptr.To[int32](2)
 	if err := c.Create(ctx, kcp(ns, "even", even)); err != nil {
 		t.Fatal(err)
 	}
-	if !containsSubstring(collector.warnings, "spec.replicas: 2 etcd members tolerate no more failures than 1: use an odd number such as 3") {
-		t.Errorf("no warning for 2 replicas: %q", collector.warnings)
+	if !collector.Contain("spec.replicas: 2 etcd members tolerate no more failures than 1: use an odd number such as 3") {
+		t.Errorf("no warning for 2 replicas: %q", collector.List())
 	}
-	if containsSubstring(collector.warnings, "development password") {
-		t.Errorf("password warning although a password is set: %q", collector.warnings)
+	if collector.Contain("development password") {
+		t.Errorf("password warning although a password is set: %q", collector.List())
 	}
 
 	// Warnings on update, too.
-	collector.warnings = nil
+	collector.Reset()
 	odd := kcp(ns, "odd", validSpec())
 	if err := c.Create(ctx, odd); err != nil {
 		t.Fatal(err)
 	}
-	if len(collector.warnings) != 0 {
-		t.Errorf("unexpected warnings: %q", collector.warnings)
+	if len(collector.List()) != 0 {
+		t.Errorf("unexpected warnings: %q", collector.List())
 	}
 	odd.Spec.Replicas = ptr.To[int32](4)
 	if err := c.Update(ctx, odd); err != nil {
 		t.Fatal(err)
 	}
-	if !containsSubstring(collector.warnings, "spec.replicas: 4 etcd members") {
-		t.Errorf("no warning when scaling to 4: %q", collector.warnings)
+	if !collector.Contain("spec.replicas: 4 etcd members") {
+		t.Errorf("no warning when scaling to 4: %q", collector.List())
 	}
 
 	// No password warning when the bootstrap spec comes from a KairosConfigTemplate (which
 	// warns about itself when created).
-	collector.warnings = nil
+	collector.Reset()
 	ref := validSpec()
 	ref.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}
 	ref.KairosConfigTemplate = &controlplanev1.KairosConfigTemplateReference{Name: "cp"}
 	if err := c.Create(ctx, kcp(ns, "with-template", ref)); err != nil {
 		t.Fatal(err)
 	}
-	if len(collector.warnings) != 0 {
-		t.Errorf("unexpected warnings: %q", collector.warnings)
+	if len(collector.List()) != 0 {
+		t.Errorf("unexpected warnings: %q", collector.List())
 	}
 
 	// Templates get their defaults too.
