@@ -57,8 +57,9 @@ func (b *builder) k0sWorker() {
 }
 
 // k0sClusterConfig returns /etc/k0s/k0s.yaml: the endpoint as external
-// address and SAN, the API port, and the user's partial ClusterConfig merged
-// in (keys set by both are errors).
+// address and SAN, the API port, etcd's client API on the node's addresses
+// (see EtcdClientPort), and the user's partial ClusterConfig merged in (keys
+// set by both are errors).
 func k0sClusterConfig(n *Node) (string, error) {
 	cfg := map[string]any{
 		"apiVersion": k0sAPIVersion,
@@ -69,6 +70,11 @@ func k0sClusterConfig(n *Node) (string, error) {
 				"externalAddress": n.Endpoint.Host,
 				"port":            int(n.Endpoint.Port),
 				"sans":            []any{n.Endpoint.Host},
+			},
+			"storage": map[string]any{
+				"etcd": map[string]any{
+					"extraArgs": map[string]any{"listen-client-urls": K0sEtcdListenClientURLs},
+				},
 			},
 		},
 	}

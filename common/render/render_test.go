@@ -434,6 +434,7 @@ func TestK0sClusterConfig(t *testing.T) {
 		"spec": map[string]any{
 			"api":     map[string]any{"externalAddress": "10.0.0.10", "port": 443, "sans": []any{"10.0.0.10", "extra.example.com"}},
 			"network": map[string]any{"provider": "calico"},
+			"storage": map[string]any{"etcd": map[string]any{"extraArgs": map[string]any{"listen-client-urls": "https://0.0.0.0:2379"}}},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -443,10 +444,11 @@ func TestK0sClusterConfig(t *testing.T) {
 		"spec:\n  api:\n    port: 6443\n":         `Config: key "spec.api.port" is set by both "generated" and "Config"`,
 		"spec:\n  api:\n    externalAddress: x\n": `Config: key "spec.api.externalAddress" is set by both "generated" and "Config"`,
 		"spec:\n  api: []\n":                      `Config: key "spec.api" is set by both "generated" (map) and "Config" (list)`,
-		"apiVersion: k0s.k0sproject.io/v1beta2\n": "apiVersion k0s.k0sproject.io/v1beta2 is not k0s.k0sproject.io/v1beta1",
-		"kind: Cluster\n":                         "kind Cluster is not ClusterConfig",
-		"metadata:\n  name: other\n":              "metadata.name other is not the cluster name demo",
-		"- not\n- a map\n":                        "Config: not a YAML map",
+		"spec:\n  storage:\n    etcd:\n      extraArgs:\n        listen-client-urls: https://127.0.0.1:2379\n": `Config: key "spec.storage.etcd.extraArgs.listen-client-urls" is set by both "generated" and "Config"`,
+		"apiVersion: k0s.k0sproject.io/v1beta2\n":                                                              "apiVersion k0s.k0sproject.io/v1beta2 is not k0s.k0sproject.io/v1beta1",
+		"kind: Cluster\n":            "kind Cluster is not ClusterConfig",
+		"metadata:\n  name: other\n": "metadata.name other is not the cluster name demo",
+		"- not\n- a map\n":           "Config: not a YAML map",
 	} {
 		n.Config = cfg
 		_, err := Render(n)

@@ -158,6 +158,20 @@ const (
 	// ControlPlaneTaint keeps workloads off control-plane nodes.
 	ControlPlaneTaint = "node-role.kubernetes.io/control-plane:NoSchedule"
 
+	// EtcdClientPort is where every control-plane node serves etcd's client
+	// API on its own addresses (TLS, client certificates of the cluster's
+	// etcd CA): the control-plane provider checks each member's health there.
+	// k3s listens on the node address by default (k3s pkg/etcd/etcd.go,
+	// listenClientURLs); k0s only on 127.0.0.1 unless the ClusterConfig's
+	// storage.etcd.extraArgs say otherwise (k0s
+	// pkg/component/controller/etcd.go), so the k0s config sets
+	// K0sEtcdListenClientURLs.
+	EtcdClientPort = 2379
+	// K0sEtcdListenClientURLs makes k0s' etcd serve clients on every IPv4
+	// address of the node, loopback included (k0s' own kube-apiserver keeps
+	// using 127.0.0.1:2379).
+	K0sEtcdListenClientURLs = "https://0.0.0.0:2379"
+
 	// HostnameSuffixTemplate is appended to HostnamePrefix; yip renders it
 	// from /etc/machine-id when it sets the hostname.
 	HostnameSuffixTemplate = "{{ trunc 8 .MachineID }}"
