@@ -1,0 +1,540 @@
+package cloudconfig
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"sort"
+	"strconv"
+	"strings"
+
+	yipschema "github.com/mudler/yip/pkg/schema"
+	yipcloudinit "github.com/mudler/yip/pkg/schema/cloudinit"
+	"go.yaml.in/yaml/v3"
+)
+
+// Problem is one way a Kairos node would misread a document: the key path
+// (for example "stages.boot[0].files[1].permissions"; empty for the document
+// as a whole) and what goes wrong.
+type Problem struct {
+	Path    string
+	Message string
+}
+
+func (p Problem) String() string {
+	if p.Path == "" {
+		return p.Message
+	}
+	return p.Path + ": " + p.Message
+}
+
+// The decoding below uses yip's own types (github.com/mudler/yip
+// pkg/schema and pkg/schema/cloudinit, the version in go.mod), because yip
+// is what reads the document on the node: the Kairos agent hands every
+// config source to yip's schema.Load. What matters, from yip v1.25.1
+// pkg/schema/loader_cloudinit.go:
+//
+//   - A "#cloud-config" document is first decoded as a cloudinit.CloudConfig
+//     (users, write_files, runcmd, hostname, ssh_authorized_keys, growpart).
+//     A type error there (groups as a string, say) fails schema.Load: the
+//     node applies nothing of the document.
+//   - write_files permissions are parsed as octal text; anything else fails
+//     schema.Load too.
+//   - users become a map keyed by name: a second user with the same name
+//     silently replaces the first.
+//   - The stages are decoded separately into schema.YipConfig, and when that
+//     fails (a quoted "0644" for a uint32 permissions field) the loader drops
+//     every stage of the document and keeps only the cloud-init keys,
+//     without a word on the node.
+//
+// yip ignores keys it does not know (owner_string instead of ownerstring,
+// a typo in a step). Those do nothing on the node, so they are reported too.
+
+// CheckNode decodes a complete document the way a Kairos node does and
+// returns every problem found (nil when the node would apply all of it).
+// Beyond the path-by-path checks it runs yip's own loader on the document, so
+// nothing yip refuses can pass.
+func CheckNode(doc []byte) []Problem {
+	c := newNodeCheck()
+	c.run(doc, false)
+	return c.problems
+}
+
+// CheckFragment applies the checks of CheckNode to a fragment that will be
+// merged into a document: the "#cloud-config" header is not required (the
+// merged document has it) and yip's loader is not run on the fragment alone.
+func CheckFragment(doc []byte) []Problem {
+	c := newNodeCheck()
+	c.run(doc, true)
+	return c.problems
+}
+
+// UserDefinition is where a document defines an OS user.
+type UserDefinition struct {
+	Name string
+	// Path is the key path of the definition: users[i] or
+	// stages.<stage>[j].users.<name>.
+	Path string
+}
+
+// Users lists the users a document defines, in document order: the
+// top-level users list (which yip turns into a map keyed by name) and every
+// stage step's users map. Entries that cannot be read are skipped: CheckNode
+// reports them.
+func Users(doc []byte) []UserDefinition {
+	root, err := parseRoot(doc)
+	if err != nil || root == nil {
+		return nil
+	}
+	return usersOf(root)
+}
+
+type nodeCheck struct {
+	problems []Problem
+	// seen avoids reporting one path twice (the path-by-path walk and yip's
+	// loader may find the same thing).
+	seen map[string]bool
+}
+
+func newNodeCheck() *nodeCheck { return &nodeCheck{seen: map[string]bool{}} }
+
+func (c *nodeCheck) add(path, format string, args ...any) {
+	p := Problem{Path: path, Message: fmt.Sprintf(format, args...)}
+	key := p.String()
+	if c.seen[key] {
+		return
+	}
+	c.seen[key] = true
+	c.problems = append(c.problems, p)
+}
+
+// cloudInitKeys are the top-level keys yip's cloud-init loader reads, with
+// the type it decodes each into (yip pkg/schema/cloudinit CloudConfig).
+var cloudInitKeys = func() map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	t := reflect.TypeFor[yipcloudinit.CloudConfig]()
+	for i := 0; i < t.NumField(); i++ {
+		if name, ok := yamlName(t.Field(i)); ok {
+			out[name] = t.Field(i).Type
+		}
+	}
+	return out
+}()
+
+var (
+	stageType      = reflect.TypeFor[yipschema.Stage]()
+	cloudInitUser  = reflect.TypeFor[yipcloudinit.User]()
+	cloudInitFile  = reflect.TypeFor[yipcloudinit.File]()
+	errNotAMapping = errors.New("not a mapping")
+)
+
+func parseRoot(doc []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(doc))
+	var d yaml.Node
+	if err := dec.Decode(&d); err != nil {
+		if errors.Is(err, io.EOF) {
+			return nil, nil
+		}
+		return nil, err
+	}
+	var extra yaml.Node
+	if err := dec.Decode(&extra); !errors.Is(err, io.EOF) {
+		return nil, errors.New("holds more than one YAML document (a node reads only the first)")
+	}
+	root := &d
+	if root.Kind == yaml.DocumentNode {
+		if len(root.Content) == 0 {
+			return nil, nil
+		}
+		root = root.Content[0]
+	}
+	root = resolve(root)
+	if root.Kind == yaml.ScalarNode && root.ShortTag() == "!!null" {
+		return nil, nil
+	}
+	if root.Kind != yaml.MappingNode {
+		return nil, errNotAMapping
+	}
+	return root, nil
+}
+
+func (c *nodeCheck) run(doc []byte, fragment bool) {
+	root, err := parseRoot(doc)
+	switch {
+	case errors.Is(err, errNotAMapping):
+		c.add("", "the document must be a YAML mapping of keys (users, stages, ...)")
+		return
+	case err != nil:
+		c.add("", "is not valid YAML: %s", yamlMessage(err))
+		return
+	}
+	if !fragment && !yipcloudinit.IsCloudConfig(string(doc)) {
+		c.add("", "the first line must be %q: without it the node ignores users, write_files, runcmd and hostname", Header)
+	}
+	if root == nil {
+		return
+	}
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		k, v := root.Content[i], root.Content[i+1]
+		switch key := k.Value; {
+		case key == "stages":
+			c.stages(v)
+		case key == "name":
+			c.decode(v, reflect.TypeFor[string](), "name")
+		case cloudInitKeys[key] != nil:
+			c.decode(v, cloudInitKeys[key], key)
+		}
+	}
+	c.duplicateKeys(root, "")
+	c.uniqueUsers(usersOf(root))
+	c.writeFilePermissions(root)
+	if !fragment && len(c.problems) == 0 {
+		c.yip(doc)
+	}
+}
+
+// yip runs yip's own loader: whatever it refuses, the path-by-path checks
+// above must have missed, and it is still refused.
+func (c *nodeCheck) yip(doc []byte) {
+	if _, err := yipschema.Load(string(doc), nil, nil, nil); err != nil {
+		c.add("", "yip cannot load the document, so the node would apply none of it: %v", err)
+		return
+	}
+	var stages yipschema.YipConfig
+	if err := yaml.Unmarshal(doc, &stages); err != nil {
+		c.add("stages", "yip cannot decode the stages, so the node would silently drop every stage: %s", yamlMessage(err))
+	}
+}
+
+func (c *nodeCheck) stages(v *yaml.Node) {
+	v = resolve(v)
+	if isNull(v) {
+		return
+	}
+	if v.Kind != yaml.MappingNode {
+		c.add("stages", "must map stage names (boot, network, ...) to lists of steps, not a %s: yip would drop every stage", kindName(v))
+		return
+	}
+	for i := 0; i+1 < len(v.Content); i += 2 {
+		name, steps := v.Content[i].Value, resolve(v.Content[i+1])
+		path := "stages." + name
+		if isNull(steps) {
+			continue
+		}
+		if steps.Kind != yaml.SequenceNode {
+			c.add(path, "must be a list of steps, not a %s: yip would drop every stage", kindName(steps))
+			continue
+		}
+		for j, step := range steps.Content {
+			c.decode(step, stageType, fmt.Sprintf("%s[%d]", path, j))
+		}
+	}
+}
+
+// decode checks that n decodes into a value of type t exactly, reporting
+// every field path that does not (a wrong type, an unknown key).
+func (c *nodeCheck) decode(n *yaml.Node, t reflect.Type, path string) {
+	n = resolve(n)
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if isNull(n) {
+		return
+	}
+	switch t.Kind() {
+	case reflect.Struct:
+		if n.Kind != yaml.MappingNode {
+			c.add(path, "must be a mapping, not a %s", kindName(n))
+			return
+		}
+		fields := structFields(t)
+		c.eachPair(n, func(k, v *yaml.Node) {
+			f, ok := fields[k.Value]
+			if !ok {
+				c.add(join(path, k.Value), "is not a key yip knows here, so the node ignores it%s", unknownKeyHint(t, k.Value))
+				return
+			}
+			c.decode(v, f, join(path, k.Value))
+		})
+	case reflect.Slice:
+		if t.Elem().Kind() == reflect.Uint8 {
+			c.scalar(n, t, path)
+			return
+		}
+		if n.Kind != yaml.SequenceNode {
+			c.add(path, "must be a YAML list, not a %s%s", kindName(n), listHint(path, n))
+			return
+		}
+		for i, item := range n.Content {
+			c.decode(item, t.Elem(), fmt.Sprintf("%s[%d]", path, i))
+		}
+	case reflect.Map:
+		if n.Kind != yaml.MappingNode {
+			c.add(path, "must be a mapping, not a %s", kindName(n))
+			return
+		}
+		c.eachPair(n, func(k, v *yaml.Node) {
+			c.scalar(k, t.Key(), path+" key "+strconv.Quote(k.Value))
+			c.decode(v, t.Elem(), join(path, k.Value))
+		})
+	case reflect.Interface:
+	default:
+		c.scalar(n, t, path)
+	}
+}
+
+// eachPair calls fn for the key-value pairs of a mapping, expanding merge
+// keys (<<) as yip's decoder does.
+func (c *nodeCheck) eachPair(n *yaml.Node, fn func(k, v *yaml.Node)) {
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind == yaml.ScalarNode && k.ShortTag() == "!!merge" {
+			switch rv := resolve(v); rv.Kind {
+			case yaml.MappingNode:
+				c.eachPair(rv, fn)
+			case yaml.SequenceNode:
+				for _, item := range rv.Content {
+					if ri := resolve(item); ri.Kind == yaml.MappingNode {
+						c.eachPair(ri, fn)
+					}
+				}
+			}
+			continue
+		}
+		fn(k, v)
+	}
+}
+
+// scalar decodes a scalar node into a fresh value of type t with the YAML
+// decoder yip uses.
+func (c *nodeCheck) scalar(n *yaml.Node, t reflect.Type, path string) {
+	if n.Kind != yaml.ScalarNode {
+		c.add(path, "must be a single value, not a %s", kindName(n))
+		return
+	}
+	v := reflect.New(t)
+	if err := n.Decode(v.Interface()); err != nil {
+		if t.Kind() == reflect.Uint32 && strings.HasSuffix(path, "permissions") && n.ShortTag() == "!!str" {
+			c.add(path, "must be an unquoted YAML integer such as 0644, not the string %q: yip cannot decode it and the node then drops every stage of this document", n.Value)
+			return
+		}
+		c.add(path, "%s", yamlMessage(err))
+	}
+}
+
+// writeFilePermissions checks what yip's cloud-init loader parses as octal
+// text (loader_cloudinit.go parseOctal): a failure there fails the load.
+func (c *nodeCheck) writeFilePermissions(root *yaml.Node) {
+	wf := lookup(root, "write_files")
+	if wf == nil || wf.Kind != yaml.SequenceNode {
+		return
+	}
+	for i, item := range wf.Content {
+		p := lookup(resolve(item), "permissions")
+		if p == nil || p.Kind != yaml.ScalarNode || p.Value == "" {
+			continue
+		}
+		if _, err := strconv.ParseUint(p.Value, 8, 32); err != nil {
+			c.add(fmt.Sprintf("write_files[%d].permissions", i), "%q is not an octal file mode such as \"0644\": yip would refuse the whole document", p.Value)
+		}
+	}
+}
+
+// duplicateKeys reports keys repeated within one mapping: YAML decoders
+// refuse such documents.
+func (c *nodeCheck) duplicateKeys(n *yaml.Node, path string) {
+	n = resolve(n)
+	switch n.Kind {
+	case yaml.MappingNode:
+		seen := map[string]bool{}
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k := n.Content[i]
+			if k.ShortTag() == "!!merge" {
+				continue
+			}
+			if seen[k.Value] {
+				c.add(join(path, k.Value), "is set twice in one mapping")
+			}
+			seen[k.Value] = true
+			c.duplicateKeys(n.Content[i+1], join(path, k.Value))
+		}
+	case yaml.SequenceNode:
+		for i, item := range n.Content {
+			c.duplicateKeys(item, fmt.Sprintf("%s[%d]", path, i))
+		}
+	}
+}
+
+func (c *nodeCheck) uniqueUsers(users []UserDefinition) {
+	first := map[string]string{}
+	for _, u := range users {
+		if prev, ok := first[u.Name]; ok {
+			c.add(u.Path, "user %q is already defined at %s: yip keeps one definition per name, so one of them silently replaces the other", u.Name, prev)
+			continue
+		}
+		first[u.Name] = u.Path
+	}
+}
+
+func usersOf(root *yaml.Node) []UserDefinition {
+	var out []UserDefinition
+	if users := lookup(root, "users"); users != nil && users.Kind == yaml.SequenceNode {
+		for i, item := range users.Content {
+			if name := lookup(resolve(item), "name"); name != nil && name.Kind == yaml.ScalarNode {
+				out = append(out, UserDefinition{Name: name.Value, Path: fmt.Sprintf("users[%d]", i)})
+			}
+		}
+	}
+	stages := lookup(root, "stages")
+	if stages == nil || stages.Kind != yaml.MappingNode {
+		return out
+	}
+	names := make([]int, 0, len(stages.Content)/2)
+	for i := 0; i+1 < len(stages.Content); i += 2 {
+		names = append(names, i)
+	}
+	for _, i := range names {
+		stage, steps := stages.Content[i].Value, resolve(stages.Content[i+1])
+		if steps.Kind != yaml.SequenceNode {
+			continue
+		}
+		for j, step := range steps.Content {
+			users := lookup(resolve(step), "users")
+			if users == nil || users.Kind != yaml.MappingNode {
+				continue
+			}
+			keys := make([]string, 0, len(users.Content)/2)
+			for k := 0; k+1 < len(users.Content); k += 2 {
+				keys = append(keys, users.Content[k].Value)
+			}
+			sort.Strings(keys) // yip's map has no order; keep reports stable
+			for _, name := range keys {
+				out = append(out, UserDefinition{Name: name, Path: fmt.Sprintf("stages.%s[%d].users.%s", stage, j, name)})
+			}
+		}
+	}
+	return out
+}
+
+// structFields maps the YAML keys of a struct type to the field types, the
+// way yaml.v3 does: the yaml tag's name, or the lower-cased field name.
+func structFields(t reflect.Type) map[string]reflect.Type {
+	out := map[string]reflect.Type{}
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag := f.Tag.Get("yaml")
+		if strings.Contains(tag, ",inline") {
+			ft := f.Type
+			for ft.Kind() == reflect.Pointer {
+				ft = ft.Elem()
+			}
+			if ft.Kind() == reflect.Struct {
+				for k, v := range structFields(ft) {
+					out[k] = v
+				}
+			}
+			continue
+		}
+		if name, ok := yamlName(f); ok {
+			out[name] = f.Type
+		}
+	}
+	return out
+}
+
+func yamlName(f reflect.StructField) (string, bool) {
+	tag := f.Tag.Get("yaml")
+	if tag == "-" {
+		return "", false
+	}
+	name, _, _ := strings.Cut(tag, ",")
+	if name == "" {
+		name = strings.ToLower(f.Name)
+	}
+	return name, true
+}
+
+// unknownKeyHint names the key the user probably meant.
+func unknownKeyHint(t reflect.Type, key string) string {
+	switch {
+	case key == "owner_string" || key == "owner-string":
+		return ` (the "user:group" owner key of stage files is "ownerstring")`
+	case t == cloudInitUser && key == "sudo":
+		return " (Kairos does not read sudo: add the user to a group that may use sudo, such as admin)"
+	case t == cloudInitFile && key == "defer":
+		return " (Kairos writes write_files in the boot stage, after users exist only within stages)"
+	}
+	return ""
+}
+
+func listHint(path string, n *yaml.Node) string {
+	if strings.HasSuffix(path, ".groups") && n.Kind == yaml.ScalarNode {
+		return ` such as [admin, users]: a comma-separated string makes yip refuse the whole document`
+	}
+	return ""
+}
+
+func lookup(m *yaml.Node, key string) *yaml.Node {
+	m = resolve(m)
+	if m == nil || m.Kind != yaml.MappingNode {
+		return nil
+	}
+	for i := 0; i+1 < len(m.Content); i += 2 {
+		if m.Content[i].Value == key {
+			return resolve(m.Content[i+1])
+		}
+	}
+	return nil
+}
+
+func resolve(n *yaml.Node) *yaml.Node {
+	for n != nil && n.Kind == yaml.AliasNode && n.Alias != nil {
+		n = n.Alias
+	}
+	return n
+}
+
+func isNull(n *yaml.Node) bool {
+	return n == nil || (n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null")
+}
+
+func kindName(n *yaml.Node) string {
+	switch n.Kind {
+	case yaml.MappingNode:
+		return "mapping"
+	case yaml.SequenceNode:
+		return "list"
+	default:
+		if n.ShortTag() == "!!str" {
+			return fmt.Sprintf("string (%q)", truncate(n.Value))
+		}
+		return fmt.Sprintf("single value (%s)", truncate(n.Value))
+	}
+}
+
+func truncate(s string) string {
+	if len(s) > 40 {
+		return s[:40] + "..."
+	}
+	return s
+}
+
+func join(path, key string) string {
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// yamlMessage drops the "yaml: " prefix and yaml.v3's type names, which mean
+// nothing to someone writing cloud-config.
+func yamlMessage(err error) string {
+	s := strings.TrimPrefix(err.Error(), "yaml: ")
+	s = strings.TrimPrefix(s, "unmarshal errors:\n  ")
+	return strings.ReplaceAll(s, "\n  ", "; ")
+}
