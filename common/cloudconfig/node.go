@@ -320,8 +320,24 @@ func (c *nodeCheck) scalar(n *yaml.Node, t reflect.Type, path string) {
 			c.add(path, "must be an unquoted YAML integer such as 0644, not the string %q: yip cannot decode it and the node then drops every stage of this document", n.Value)
 			return
 		}
-		c.add(path, "%s", yamlMessage(err))
+		c.add(path, "must be %s, not a %s", wanted(t), kindName(n))
 	}
+}
+
+func wanted(t reflect.Type) string {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "a whole number"
+	case reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "an unquoted non-negative whole number"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Float32, reflect.Float64:
+		return "a number"
+	case reflect.String:
+		return "a string"
+	}
+	return "a " + t.String()
 }
 
 // writeFilePermissions checks what yip's cloud-init loader parses as octal
