@@ -37,7 +37,7 @@ func BenchmarkRenderControlPlaneMinimal(b *testing.B) {
 func BenchmarkRenderWorker(b *testing.B) {
 	p := fixturePKI(b)
 	n := node(K3s, RoleWorker)
-	n.JoinToken = k3sToken(b, p)
+	setK3sTokens(b, p, &n)
 	b.ReportAllocs()
 	for b.Loop() {
 		if _, err := Document(n); err != nil {

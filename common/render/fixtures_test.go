@@ -101,6 +101,32 @@ func k3sToken(tb testing.TB, p *PKI) string {
 	return s
 }
 
+const fixtureK3sAgentPassword = "ffeeddccbbaa99887766554433221100"
+
+func k3sAgentToken(tb testing.TB, p *PKI) string {
+	tb.Helper()
+	hash, err := token.K3sCAHash(p.ClusterCA.Cert)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	s, err := token.FormatK3sToken(hash, token.K3sAgentUser, fixtureK3sAgentPassword)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return s
+}
+
+// setK3sTokens gives a k3s node the tokens of its role: servers the server
+// token and the agent token, agents the agent token only.
+func setK3sTokens(tb testing.TB, p *PKI, n *Node) {
+	tb.Helper()
+	if n.Role == RoleControlPlane {
+		n.JoinToken, n.AgentToken = k3sToken(tb, p), k3sAgentToken(tb, p)
+		return
+	}
+	n.JoinToken = k3sAgentToken(tb, p)
+}
+
 func baseUsers() []User {
 	return []User{{
 		Name:              "kairos",
@@ -162,7 +188,7 @@ func goldenCases() []goldenCase {
 			n.HostnamePrefix = "demo-cp-"
 			n.Install = &Install{Auto: true, Device: "auto", Reboot: true}
 			n.PKI = p
-			n.JoinToken = k3sToken(tb, p)
+			setK3sTokens(tb, p, &n)
 			n.PreCommands = []string{"modprobe br_netfilter"}
 			n.PostCommands = []string{"k3s kubectl get nodes"}
 			n.Manifests = []Manifest{{Name: "namespace", Content: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: platform\n"}}
@@ -174,7 +200,7 @@ func goldenCases() []goldenCase {
 			n := node(K3s, RoleControlPlane)
 			n.Hostname = "demo-cp-2"
 			n.PKI = p
-			n.JoinToken = k3sToken(tb, p)
+			setK3sTokens(tb, p, &n)
 			return n
 		}},
 		{name: "k3s-single-node", node: func(tb testing.TB, p *PKI) Node {
@@ -183,14 +209,37 @@ func goldenCases() []goldenCase {
 			n.SingleNode = true
 			n.Endpoint = Endpoint{Host: "192.168.122.20", Port: 6443}
 			n.PKI = p
-			n.JoinToken = k3sToken(tb, p)
+			setK3sTokens(tb, p, &n)
 			return n
 		}},
 		{name: "k3s-worker", node: func(tb testing.TB, p *PKI) Node {
 			n := node(K3s, RoleWorker)
 			n.HostnamePrefix = "demo-md-"
-			n.JoinToken = k3sToken(tb, p)
+			setK3sTokens(tb, p, &n)
 			n.Config = "node-label:\n  - pool=default\n"
+			return n
+		}},
+		{name: "k0s-network", node: func(tb testing.TB, p *PKI) Node {
+			// A load balancer on 443 in front of API servers on 6443, dual
+			// stack, a custom service domain (k0s >= v1.34.1 takes the
+			// endpoint as externalAddress host:port).
+			n := node(K0s, RoleControlPlane)
+			n.KubernetesVersion = "v1.34.1+k0s"
+			n.Init = true
+			n.Hostname = "demo-cp-1"
+			n.PKI = p
+			n.Endpoint.Port = 443
+			n.Network = fixtureNetwork()
+			return n
+		}},
+		{name: "k3s-network", node: func(tb testing.TB, p *PKI) Node {
+			n := node(K3s, RoleControlPlane)
+			n.Init = true
+			n.Hostname = "demo-cp-1"
+			n.PKI = p
+			setK3sTokens(tb, p, &n)
+			n.Endpoint.Port = 443
+			n.Network = fixtureNetwork()
 			return n
 		}},
 		{
@@ -241,7 +290,7 @@ stages:
 		{name: "k3s-templates-escaped", node: func(tb testing.TB, p *PKI) Node {
 			n := node(K3s, RoleWorker)
 			n.Hostname = "demo-md-8"
-			n.JoinToken = k3sToken(tb, p)
+			setK3sTokens(tb, p, &n)
 			n.Files = []File{
 				{Path: "/etc/helm/values.yaml", Content: "image: {{ .Values.image }}\nliteral: '{{\"{{\"}}'\n", Owner: "kairos:kairos", Permissions: 0o640},
 				{Path: "/opt/tools/run.sh", Content: "#!/bin/sh\necho \"{{ hello }}\"\n", Permissions: 0o755},
@@ -250,6 +299,15 @@ stages:
 			n.PostCommands = []string{"printf '%s\\n' '{{{{ weird }}}}' >> /run/post.txt"}
 			return n
 		}},
+	}
+}
+
+func fixtureNetwork() Network {
+	return Network{
+		APIServerPort: 6443,
+		PodCIDRs:      []string{"10.244.0.0/16", "fd00:10:244::/56"},
+		ServiceCIDRs:  []string{"10.96.0.0/12", "fd00:10:96::/112"},
+		ServiceDomain: "cluster.example",
 	}
 }
 

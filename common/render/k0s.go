@@ -1,6 +1,7 @@
 package render
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -29,13 +30,26 @@ func (b *builder) k0sController() {
 	if n.SingleNode {
 		args = append(args, "--no-taints")
 	}
-	if !n.Init {
+	p := n.PKI
+	if n.Init {
+		// The init controller creates the cluster with the management
+		// cluster's CA.
+		b.file(K0sPKIDir+"/ca.crt", 0o644, string(p.ClusterCA.Cert))
+		b.file(K0sPKIDir+"/ca.key", 0o600, string(p.ClusterCA.Key))
+	} else {
 		b.file(K0sTokenPath, 0o600, strings.TrimSpace(n.JoinToken))
 		args = append(args, "--token-file="+K0sTokenPath)
+		// Joining controllers get the CA from the k0s join API (which serves
+		// the init controller's, so the management CA) instead of a
+		// pre-seeded ca.crt/ca.key: k0s before v1.29.13, v1.30.9 and v1.31.5
+		// decides whether to join by looking for ca.key and ca.crt first
+		// (cmd/controller/controller.go needToJoin; the etcd data directory
+		// is checked first since k0s commit 8db9cb21 "join node creates new
+		// cluster when initial etcd sync config fails"), so a pre-seeded CA
+		// made those versions skip the join and start a second etcd cluster.
+		// Without it every k0s version joins; the join API writes ca.* and
+		// sa.* itself.
 	}
-	p := n.PKI
-	b.file(K0sPKIDir+"/ca.crt", 0o644, string(p.ClusterCA.Cert))
-	b.file(K0sPKIDir+"/ca.key", 0o600, string(p.ClusterCA.Key))
 	b.file(K0sPKIDir+"/sa.pub", 0o644, string(p.ServiceAccount.Cert))
 	b.file(K0sPKIDir+"/sa.key", 0o600, string(p.ServiceAccount.Key))
 	b.file(K0sPKIDir+"/front-proxy-ca.crt", 0o644, string(p.FrontProxyCA.Cert))
@@ -56,27 +70,44 @@ func (b *builder) k0sWorker() {
 	b.cfg.K0sWorker = b.distribution(args)
 }
 
+// k0sGeneratedKeys say where the generated ClusterConfig keys come from, for
+// the message when a user Config sets one of them too.
+var k0sGeneratedKeys = map[string]string{
+	"spec.api.externalAddress":                       "the Cluster's spec.controlPlaneEndpoint",
+	"spec.api.sans":                                  "the Cluster's spec.controlPlaneEndpoint",
+	"spec.api.port":                                  "the Cluster's spec.clusterNetwork.apiServerPort (6443 when unset)",
+	"spec.network.podCIDR":                           "the Cluster's spec.clusterNetwork.pods.cidrBlocks",
+	"spec.network.serviceCIDR":                       "the Cluster's spec.clusterNetwork.services.cidrBlocks",
+	"spec.network.dualStack":                         "the Cluster's spec.clusterNetwork (dual-stack pods and services)",
+	"spec.network.clusterDomain":                     "the Cluster's spec.clusterNetwork.serviceDomain",
+	"spec.storage.etcd.extraArgs.listen-client-urls": "kairos-capi: the control plane checks each etcd member on its own address",
+}
+
 // k0sClusterConfig returns /etc/k0s/k0s.yaml: the endpoint as external
-// address and SAN, the API port, etcd's client API on the node's addresses
-// (see EtcdClientPort), and the user's partial ClusterConfig merged in (keys
-// set by both are errors).
+// address and SAN, the port the API servers bind to, the Cluster's network,
+// etcd's client API on the node's addresses (see EtcdClientPort), and the
+// user's partial ClusterConfig merged in (keys set by both are errors).
 func k0sClusterConfig(n *Node) (string, error) {
+	spec := map[string]any{
+		"api": map[string]any{
+			"externalAddress": n.k0sExternalAddress(),
+			"port":            int(n.Network.apiServerPort()),
+			"sans":            []any{n.Endpoint.Host},
+		},
+		"storage": map[string]any{
+			"etcd": map[string]any{
+				"extraArgs": map[string]any{"listen-client-urls": K0sEtcdListenClientURLs},
+			},
+		},
+	}
+	if network := n.k0sNetwork(); len(network) > 0 {
+		spec["network"] = network
+	}
 	cfg := map[string]any{
 		"apiVersion": k0sAPIVersion,
 		"kind":       k0sKind,
 		"metadata":   map[string]any{"name": n.ClusterName},
-		"spec": map[string]any{
-			"api": map[string]any{
-				"externalAddress": n.Endpoint.Host,
-				"port":            int(n.Endpoint.Port),
-				"sans":            []any{n.Endpoint.Host},
-			},
-			"storage": map[string]any{
-				"etcd": map[string]any{
-					"extraArgs": map[string]any{"listen-client-urls": K0sEtcdListenClientURLs},
-				},
-			},
-		},
+		"spec":       spec,
 	}
 	if strings.TrimSpace(n.Config) != "" {
 		user, err := userConfigs.get(n.Config, n.ClusterName)
@@ -84,6 +115,14 @@ func k0sClusterConfig(n *Node) (string, error) {
 			return "", err
 		}
 		if err := merge.MergeValues(cfg, BaseName, user, "Config"); err != nil {
+			var ce *merge.ConflictError
+			if errors.As(err, &ce) && ce.FirstKind == "" {
+				for key, from := range k0sGeneratedKeys {
+					if ce.Key == key || strings.HasPrefix(ce.Key, key+".") {
+						return "", &FieldError{Field: "Config", Path: ce.Key, Err: fmt.Errorf("is set from %s: remove it here", from)}
+					}
+				}
+			}
 			return "", err
 		}
 	}
@@ -143,6 +182,13 @@ func parseK0sUserConfig(s, clusterName string) (map[string]any, error) {
 	}
 	if m == nil {
 		return map[string]any{}, nil
+	}
+	var errs []error
+	for _, pr := range checkK0sConfig(m) {
+		errs = append(errs, &FieldError{Field: "Config", Path: pr[0], Err: errors.New(pr[1])})
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
 	}
 	if v, ok := m["apiVersion"]; ok {
 		if v != k0sAPIVersion {

@@ -7,8 +7,10 @@ import (
 	"strings"
 )
 
-// serverURL is the URL joining k3s nodes use: the supervisor and the API
-// server share the endpoint port.
+// serverURL is the URL joining k3s nodes use: the control-plane endpoint.
+// The supervisor shares the API server's port (k3s' --supervisor-port
+// defaults to --https-listen-port), so a load balancer that forwards the
+// endpoint port to the API servers reaches the supervisors too.
 func (b *builder) serverURL() string {
 	e := b.n.Endpoint
 	return (&url.URL{Scheme: "https", Host: net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port)))}).String()
@@ -23,11 +25,21 @@ func (b *builder) k3sServer() {
 	} else {
 		args = append(args, "--server="+b.serverURL())
 	}
+	// Every server gets the agent token, not only the first: k3s writes the
+	// "node" password from --agent-token into its passwd file on each start,
+	// and a server without one would reset it to the server token's
+	// password (k3s pkg/daemons/control/deps/deps.go getNodePass and
+	// genUsers), locking out agents that hold the agent token.
+	b.file(K3sAgentTokenPath, 0o600, strings.TrimSpace(n.AgentToken))
 	args = append(args,
 		"--token-file="+K3sTokenPath,
+		"--agent-token-file="+K3sAgentTokenPath,
 		"--tls-san="+n.Endpoint.Host,
-		"--https-listen-port="+strconv.Itoa(int(n.Endpoint.Port)),
+		// The port on the node; the endpoint (often a load balancer) may
+		// listen on another one.
+		"--https-listen-port="+strconv.Itoa(int(n.Network.apiServerPort())),
 	)
+	args = append(args, n.k3sNetworkArgs()...)
 	if !n.SingleNode {
 		args = append(args, "--node-taint="+ControlPlaneTaint)
 	}
@@ -59,6 +71,7 @@ func (b *builder) k3sServer() {
 
 func (b *builder) k3sAgent() {
 	n := b.n
+	// The agent token (user "node"): it joins agents only.
 	b.file(K3sTokenPath, 0o600, strings.TrimSpace(n.JoinToken))
 	args := make([]string, 0, 3+len(n.Args))
 	args = append(args,

@@ -1,28 +1,16 @@
 package render
 
 import (
-	"fmt"
-
 	"go.yaml.in/yaml/v3"
-
-	"github.com/kairos-capi/kairos-capi/common/merge"
 )
 
-// checkK3sUserConfig makes sure Config is a YAML map that leaves the keys the
-// renderer manages alone.
-func checkK3sUserConfig(s string, role Role) error {
+// checkK3sUserConfig makes sure Config is a YAML map whose keys (k3s reads
+// each as the flag of the same name) follow the flag rules of checkArgs.
+func (n *Node) checkK3sUserConfig(p *problems) {
 	var m map[string]any
-	if err := yaml.Unmarshal([]byte(s), &m); err != nil {
-		return fmt.Errorf("not a YAML map: %w", err)
+	if err := yaml.Unmarshal([]byte(n.Config), &m); err != nil {
+		p.add("Config", "not a YAML map of k3s options: %v", err)
+		return
 	}
-	owned := []string{"server", "token", "token-file", "agent-token", "agent-token-file"}
-	if role == RoleControlPlane {
-		owned = append(owned, "cluster-init", "https-listen-port")
-	}
-	for _, k := range owned {
-		if _, ok := m[k]; ok {
-			return &merge.ConflictError{Key: k, First: merge.Source{Name: BaseName}, Second: merge.Source{Name: "Config"}}
-		}
-	}
-	return nil
+	n.checkK3sConfigKeys(p, m)
 }

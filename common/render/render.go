@@ -1,10 +1,13 @@
 package render
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"slices"
 	"strings"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/kairos-capi/kairos-capi/common/cloudconfig"
 	"github.com/kairos-capi/kairos-capi/common/merge"
@@ -29,6 +32,13 @@ const notInstallerOrRecovery = "[ ! -e /run/cos/live_mode ] && [ ! -e /run/cos/r
 // Document renders the node and merges user fragments into it: the exact
 // bytes to store in the bootstrap data Secret. Fragments are merged as they
 // are (not escaped), so template expressions in them are rendered on the node.
+//
+// Every fragment is first read as a node reads it (cloudconfig.CheckFragment)
+// and checked against the rules for user content (keys that hand the node to
+// another provisioner or that the renderer owns, users the document already
+// defines); the merged document is then read as a whole
+// (cloudconfig.CheckNode) and must fit in a Secret. Problems are
+// *FieldErrors: "Fragments[i]" for a fragment, with the key path inside it.
 func Document(n Node, fragments ...merge.Fragment) ([]byte, error) {
 	cfg, err := Render(n)
 	if err != nil {
@@ -38,11 +48,114 @@ func Document(n Node, fragments ...merge.Fragment) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(fragments) == 0 {
-		return data, nil
+	var p problems
+	checkFragments(&p, &n, fragments)
+	if err := p.err(); err != nil {
+		return nil, err
 	}
-	return merge.Merge(data, BaseName, fragments...)
+	if len(fragments) > 0 {
+		if data, err = merge.Merge(data, BaseName, fragments...); err != nil {
+			return nil, fragmentError(err, fragments)
+		}
+	}
+	for _, pr := range cloudconfig.CheckNode(data) {
+		// The parts were checked one by one; this is the safety net for what
+		// only their combination breaks.
+		p.addAt("Document", pr.Path, "%s", pr.Message)
+	}
+	if len(data) > MaxDocumentSize {
+		field, size := largestPart(&n, fragments)
+		p.add(field, "the bootstrap data would be %s but a Secret holds at most 1 MiB, and this is its largest part (%s): deliver large content another way (an image, a URL the node downloads)",
+			mib(len(data)), mib(size))
+	}
+	if err := p.err(); err != nil {
+		return nil, err
+	}
+	return data, nil
 }
+
+// forbiddenFragmentKeys are top-level Kairos keys a fragment may not set.
+var forbiddenFragmentKeys = map[string]string{
+	"p2p":        "p2p negotiates node roles itself, which conflicts with Cluster API owning them",
+	"kubevip":    "kubevip manages the control-plane endpoint, which the infrastructure provider owns",
+	"cluster":    "the cluster key hands roles and tokens to another mechanism",
+	"k0s":        "the k0s block is generated: use the k0s options (args, env, config)",
+	"k0s-worker": "the k0s-worker block is generated: use the k0s options (args, env)",
+	"k3s":        "the k3s block is generated: use the k3s options (args, env, config)",
+	"k3s-agent":  "the k3s-agent block is generated: use the k3s options (args, env, config)",
+}
+
+func checkFragments(p *problems, n *Node, fragments []merge.Fragment) {
+	// Users the generated document defines; fragments may add others.
+	owner := map[string]string{}
+	for _, u := range n.Users {
+		owner[u.Name] = BaseName + " document"
+	}
+	for i, f := range fragments {
+		field := fmt.Sprintf("Fragments[%d]", i)
+		problems := cloudconfig.CheckFragment(f.Content)
+		for _, pr := range problems {
+			p.addAt(field, pr.Path, "%s", pr.Message)
+		}
+		if len(problems) > 0 {
+			continue
+		}
+		var top map[string]any
+		if err := yaml.Unmarshal(f.Content, &top); err == nil {
+			for _, k := range sortedKeys(top) {
+				if why, ok := forbiddenFragmentKeys[k]; ok {
+					p.addAt(field, k, "may not be set by a fragment: %s", why)
+				}
+			}
+			if _, ok := top["install"]; ok && n.Install == nil {
+				p.addAt(field, "install", "set install in the spec (it reboots into the installed system by default) and keep only extra installer options in the fragment: an install without reboot leaves the machine in the live installer")
+			}
+		}
+		for _, u := range cloudconfig.Users(f.Content) {
+			if prev, ok := owner[u.Name]; ok {
+				p.addAt(field, u.Path, "user %q is already defined by the %s: yip keeps one definition per user, so this one would silently replace it (add a user of another name)", u.Name, prev)
+				continue
+			}
+			owner[u.Name] = fmt.Sprintf("fragment %q", f.Name)
+		}
+	}
+}
+
+// fragmentError names the fragment a merge error comes from.
+func fragmentError(err error, fragments []merge.Fragment) error {
+	var ce *merge.ConflictError
+	if errors.As(err, &ce) && ce.Second.Fragment {
+		for i, f := range fragments {
+			if f.Name == ce.Second.Name {
+				return &FieldError{Field: fmt.Sprintf("Fragments[%d]", i), Err: err}
+			}
+		}
+	}
+	return err
+}
+
+// largestPart returns the field holding the most bytes of user content.
+func largestPart(n *Node, fragments []merge.Fragment) (string, int) {
+	field, size := "Document", 0
+	consider := func(f string, s int) {
+		if s > size {
+			field, size = f, s
+		}
+	}
+	for i, f := range n.Files {
+		consider(fmt.Sprintf("Files[%d].Content", i), len(f.Content))
+	}
+	for i, m := range n.Manifests {
+		consider(fmt.Sprintf("Manifests[%d].Content", i), len(m.Content))
+	}
+	for i, f := range fragments {
+		consider(fmt.Sprintf("Fragments[%d]", i), len(f.Content))
+	}
+	consider("Config", len(n.Config))
+	return field, size
+}
+
+func mib(n int) string { return fmt.Sprintf("%.1f MiB", float64(n)/(1<<20)) }
 
 // Render validates n and returns the typed document.
 func Render(n Node) (*cloudconfig.Config, error) {
@@ -123,7 +236,7 @@ func (b *builder) build() error {
 	for i, f := range n.Files {
 		for _, g := range b.files {
 			if g.Path == f.Path {
-				return fmt.Errorf("invalid node: Files[%d].Path: %q is written by the renderer", i, f.Path)
+				return fmt.Errorf("invalid node: %w", &FieldError{Field: fmt.Sprintf("Files[%d].Path", i), Err: fmt.Errorf("%q is written by the renderer", f.Path)})
 			}
 		}
 	}

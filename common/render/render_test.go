@@ -2,7 +2,6 @@ package render
 
 import (
 	"bytes"
-	"errors"
 	"reflect"
 	"slices"
 	"strings"
@@ -46,6 +45,7 @@ func TestRolesAndArgs(t *testing.T) {
 		args    []string
 		without []string
 		files   []string
+		absent  []string
 		service string
 	}{
 		{
@@ -68,7 +68,8 @@ func TestRolesAndArgs(t *testing.T) {
 			block:   func(c *cloudconfig.Config) *cloudconfig.Distribution { return c.K0s },
 			args:    []string{"--config=/etc/k0s/k0s.yaml", "--enable-worker", "--token-file=/etc/k0s/token"},
 			without: []string{"--single", "--no-taints"},
-			files:   []string{K0sTokenPath, K0sPKIDir + "/ca.key"},
+			files:   []string{K0sTokenPath, K0sPKIDir + "/sa.key", K0sPKIDir + "/etcd/ca.key", K0sPKIDir + "/front-proxy-ca.key"},
+			absent:  []string{K0sPKIDir + "/ca.crt", K0sPKIDir + "/ca.key"},
 			service: "k0scontroller",
 		},
 		{
@@ -93,28 +94,30 @@ func TestRolesAndArgs(t *testing.T) {
 				n := node(K3s, RoleControlPlane)
 				n.Init = true
 				n.PKI = p
-				n.JoinToken = k3sToken(t, p)
+				setK3sTokens(t, p, &n)
 				return n
 			},
 			block:   func(c *cloudconfig.Config) *cloudconfig.Distribution { return c.K3s },
-			args:    []string{"--cluster-init", "--token-file=/etc/rancher/k3s/token", "--tls-san=api.demo.example.com", "--https-listen-port=6443", "--node-taint=node-role.kubernetes.io/control-plane:NoSchedule"},
+			args:    []string{"--cluster-init", "--token-file=/etc/rancher/k3s/token", "--agent-token-file=/etc/rancher/k3s/agent-token", "--tls-san=api.demo.example.com", "--https-listen-port=6443", "--node-taint=node-role.kubernetes.io/control-plane:NoSchedule"},
 			without: []string{"--server=https://api.demo.example.com:6443"},
-			files:   []string{K3sTokenPath, K3sTLSDir + "/server-ca.crt", K3sTLSDir + "/server-ca.key", K3sTLSDir + "/client-ca.crt", K3sTLSDir + "/client-ca.key", K3sTLSDir + "/request-header-ca.crt", K3sTLSDir + "/request-header-ca.key", K3sTLSDir + "/etcd/server-ca.crt", K3sTLSDir + "/etcd/server-ca.key", K3sTLSDir + "/etcd/peer-ca.crt", K3sTLSDir + "/etcd/peer-ca.key", K3sTLSDir + "/service.key"},
+			files:   []string{K3sTokenPath, K3sAgentTokenPath, K3sTLSDir + "/server-ca.crt", K3sTLSDir + "/server-ca.key", K3sTLSDir + "/client-ca.crt", K3sTLSDir + "/client-ca.key", K3sTLSDir + "/request-header-ca.crt", K3sTLSDir + "/request-header-ca.key", K3sTLSDir + "/etcd/server-ca.crt", K3sTLSDir + "/etcd/server-ca.key", K3sTLSDir + "/etcd/peer-ca.crt", K3sTLSDir + "/etcd/peer-ca.key", K3sTLSDir + "/service.key"},
 			service: "k3s",
 		},
 		{
 			name:    "k3s join server",
-			node:    func() Node { n := node(K3s, RoleControlPlane); n.PKI = p; n.JoinToken = k3sToken(t, p); return n },
+			node:    func() Node { n := node(K3s, RoleControlPlane); n.PKI = p; setK3sTokens(t, p, &n); return n },
 			block:   func(c *cloudconfig.Config) *cloudconfig.Distribution { return c.K3s },
-			args:    []string{"--server=https://api.demo.example.com:6443", "--token-file=/etc/rancher/k3s/token", "--tls-san=api.demo.example.com", "--node-taint=node-role.kubernetes.io/control-plane:NoSchedule"},
+			args:    []string{"--server=https://api.demo.example.com:6443", "--token-file=/etc/rancher/k3s/token", "--agent-token-file=/etc/rancher/k3s/agent-token", "--tls-san=api.demo.example.com", "--node-taint=node-role.kubernetes.io/control-plane:NoSchedule"},
 			without: []string{"--cluster-init"},
+			files:   []string{K3sAgentTokenPath},
 			service: "k3s",
 		},
 		{
 			name: "k3s single node",
 			node: func() Node {
 				n := node(K3s, RoleControlPlane)
-				n.Init, n.SingleNode, n.PKI, n.JoinToken = true, true, p, k3sToken(t, p)
+				n.Init, n.SingleNode, n.PKI = true, true, p
+				setK3sTokens(t, p, &n)
 				return n
 			},
 			block:   func(c *cloudconfig.Config) *cloudconfig.Distribution { return c.K3s },
@@ -124,10 +127,12 @@ func TestRolesAndArgs(t *testing.T) {
 		},
 		{
 			name:    "k3s agent",
-			node:    func() Node { n := node(K3s, RoleWorker); n.JoinToken = k3sToken(t, p); return n },
+			node:    func() Node { n := node(K3s, RoleWorker); setK3sTokens(t, p, &n); return n },
 			block:   func(c *cloudconfig.Config) *cloudconfig.Distribution { return c.K3sAgent },
 			args:    []string{"--server=https://api.demo.example.com:6443", "--token-file=/etc/rancher/k3s/token", "--node-taint=node.cluster.x-k8s.io/uninitialized:NoSchedule"},
+			without: []string{"--agent-token-file=/etc/rancher/k3s/agent-token"},
 			files:   []string{K3sTokenPath},
+			absent:  []string{K3sAgentTokenPath},
 			service: "k3s-agent",
 		},
 	}
@@ -158,6 +163,11 @@ func TestRolesAndArgs(t *testing.T) {
 			for _, f := range tc.files {
 				if _, ok := files[f]; !ok {
 					t.Errorf("missing file %s", f)
+				}
+			}
+			for _, f := range tc.absent {
+				if _, ok := files[f]; ok {
+					t.Errorf("unexpected file %s", f)
 				}
 			}
 			if got := ServiceName(tc.node().Distribution, tc.node().Role); got != tc.service {
@@ -265,7 +275,7 @@ func TestVersionCheck(t *testing.T) {
 		if tc.d == K0s {
 			n.JoinToken = k0sToken(t, p, token.K0sWorkerToken)
 		} else {
-			n.JoinToken = k3sToken(t, p)
+			setK3sTokens(t, p, &n)
 		}
 		script := allFiles(mustRender(t, n))[PreflightScript].Content
 		for _, w := range tc.want {
@@ -308,9 +318,10 @@ func TestEscapeTemplates(t *testing.T) {
 func TestNodeWritesExactBytes(t *testing.T) {
 	p := fixturePKI(t)
 	n := node(K3s, RoleControlPlane)
-	n.Init, n.PKI, n.JoinToken = true, p, k3sToken(t, p)
+	n.Init, n.PKI = true, p
+	setK3sTokens(t, p, &n)
 	n.Files = []File{{Path: "/etc/x.tmpl", Content: "a: {{ .Values.image }}\nb: '{{{{ x }}}}'\n"}}
-	n.Manifests = []Manifest{{Name: "helm", Content: "spec:\n  valuesContent: |\n    image: {{ .Values.image }}\n"}}
+	n.Manifests = []Manifest{{Name: "helm", Content: "apiVersion: helm.cattle.io/v1\nkind: HelmChart\nmetadata:\n  name: x\nspec:\n  valuesContent: |\n    image: {{ .Values.image }}\n"}}
 	n.PreCommands = []string{"echo {{ .MachineID }} > /run/pre"}
 	n.PostCommands = []string{"echo '{{ x }}'"}
 	n.Config = "node-label:\n  - tmpl={{ .MachineID }}\n"
@@ -421,6 +432,7 @@ func TestK0sClusterConfig(t *testing.T) {
 	n := node(K0s, RoleControlPlane)
 	n.Init, n.PKI = true, p
 	n.Endpoint = Endpoint{Host: "10.0.0.10", Port: 443}
+	n.Network.APIServerPort = 443
 	n.Config = "apiVersion: k0s.k0sproject.io/v1beta1\nkind: ClusterConfig\nmetadata:\n  name: k0s\nspec:\n  api:\n    sans: [extra.example.com]\n  network:\n    provider: calico\n"
 	conf := allFiles(mustRender(t, n))[K0sConfigPath].Content
 	var got map[string]any
@@ -441,10 +453,11 @@ func TestK0sClusterConfig(t *testing.T) {
 		t.Fatalf("got %#v\n%s", got, conf)
 	}
 	for cfg, wantErr := range map[string]string{
-		"spec:\n  api:\n    port: 6443\n":         `Config: key "spec.api.port" is set by both "generated" and "Config"`,
-		"spec:\n  api:\n    externalAddress: x\n": `Config: key "spec.api.externalAddress" is set by both "generated" and "Config"`,
-		"spec:\n  api: []\n":                      `Config: key "spec.api" is set by both "generated" (map) and "Config" (list)`,
-		"spec:\n  storage:\n    etcd:\n      extraArgs:\n        listen-client-urls: https://127.0.0.1:2379\n": `Config: key "spec.storage.etcd.extraArgs.listen-client-urls" is set by both "generated" and "Config"`,
+		"spec:\n  api:\n    port: 6443\n":         `Config: spec.api.port: is set from the Cluster's spec.clusterNetwork.apiServerPort (6443 when unset): remove it here`,
+		"spec:\n  api:\n    externalAddress: x\n": `Config: spec.api.externalAddress: is set from the Cluster's spec.controlPlaneEndpoint: remove it here`,
+		"spec:\n  api: []\n":                      `Config: spec.api: must be a mapping, not a list`,
+		"spec:\n  storage:\n    etcd:\n      extraArgs:\n        listen-client-urls: https://127.0.0.1:2379\n": `Config: spec.storage.etcd.extraArgs.listen-client-urls: is set from kairos-capi`,
+		"spec:\n  telemetry: []\n": `Config: spec.telemetry: must be a mapping, not a list`,
 		"apiVersion: k0s.k0sproject.io/v1beta2\n":                                                              "apiVersion k0s.k0sproject.io/v1beta2 is not k0s.k0sproject.io/v1beta1",
 		"kind: Cluster\n":            "kind Cluster is not ClusterConfig",
 		"metadata:\n  name: other\n": "metadata.name other is not the cluster name demo",
@@ -455,9 +468,8 @@ func TestK0sClusterConfig(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), wantErr) {
 			t.Errorf("%q: got %v, want %q", cfg, err, wantErr)
 		}
-		var ce *merge.ConflictError
-		if strings.Contains(wantErr, "is set by both") && !errors.As(err, &ce) {
-			t.Errorf("%q: not a *merge.ConflictError", cfg)
+		if fes := FieldErrors(err); len(fes) == 0 || fes[0].Field != "Config" {
+			t.Errorf("%q: the error does not name Config: %#v", cfg, fes)
 		}
 	}
 }
@@ -465,7 +477,7 @@ func TestK0sClusterConfig(t *testing.T) {
 func TestK3sUserConfig(t *testing.T) {
 	p := fixturePKI(t)
 	n := node(K3s, RoleWorker)
-	n.JoinToken = k3sToken(t, p)
+	setK3sTokens(t, p, &n)
 	n.Config = "node-label:\n  - a=b\n"
 	if got := allFiles(mustRender(t, n))[K3sUserConfigPath]; got.Content != n.Config || got.Permissions != 0o600 {
 		t.Fatalf("config file %+v", got)
@@ -477,8 +489,9 @@ func TestK3sUserConfig(t *testing.T) {
 		}
 	}
 	n.Role, n.PKI = RoleControlPlane, p
+	setK3sTokens(t, p, &n)
 	n.Config = "cluster-init: true\n"
-	if _, err := Render(n); err == nil || !strings.Contains(err.Error(), `key "cluster-init" is set by both`) {
+	if _, err := Render(n); err == nil || !strings.Contains(err.Error(), `Config: cluster-init: is managed by kairos-capi`) {
 		t.Errorf("cluster-init: %v", err)
 	}
 }
@@ -487,8 +500,8 @@ func TestValidation(t *testing.T) {
 	p := fixturePKI(t)
 	k0sWorker := func() Node { n := node(K0s, RoleWorker); n.JoinToken = k0sToken(t, p, token.K0sWorkerToken); return n }
 	k0sInit := func() Node { n := node(K0s, RoleControlPlane); n.Init, n.PKI = true, p; return n }
-	k3sAgent := func() Node { n := node(K3s, RoleWorker); n.JoinToken = k3sToken(t, p); return n }
-	k3sJoin := func() Node { n := node(K3s, RoleControlPlane); n.PKI, n.JoinToken = p, k3sToken(t, p); return n }
+	k3sAgent := func() Node { n := node(K3s, RoleWorker); setK3sTokens(t, p, &n); return n }
+	k3sJoin := func() Node { n := node(K3s, RoleControlPlane); n.PKI = p; setK3sTokens(t, p, &n); return n }
 	otherPKI := *p
 	otherPKI.ClusterCA = p.EtcdCA
 	cases := []struct {
@@ -568,7 +581,7 @@ func TestValidation(t *testing.T) {
 			return n
 		}, "its CA is not PKI.ClusterCA"},
 		{"k0s junk token", func() Node { n := k0sWorker(); n.JoinToken = "junk"; return n }, "not a k0s join token"},
-		{"k3s without token", func() Node { n := k3sAgent(); n.JoinToken = ""; return n }, "JoinToken: required: the k3s cluster token"},
+		{"k3s without token", func() Node { n := k3sAgent(); n.JoinToken = ""; return n }, "JoinToken: required: a k3s token K10<ca hash>::node:<password>"},
 		{"k3s insecure token", func() Node { n := k3sAgent(); n.JoinToken = "secret"; return n }, "not in the secure format"},
 		{"k3s token for another CA", func() Node { n := k3sJoin(); n.PKI = &otherPKI; return n }, "but PKI.ClusterCA hashes to"},
 	}
@@ -617,9 +630,10 @@ func TestEveryFieldIsUsed(t *testing.T) {
 		case d == K0s:
 			n.JoinToken = k0sToken(t, p, token.K0sWorkerToken)
 		case r == RoleControlPlane:
-			n.PKI, n.JoinToken = p, k3sToken(t, p)
+			n.PKI = p
+			setK3sTokens(t, p, &n)
 		default:
-			n.JoinToken = k3sToken(t, p)
+			setK3sTokens(t, p, &n)
 		}
 		return n
 	}
@@ -635,15 +649,18 @@ func TestEveryFieldIsUsed(t *testing.T) {
 		"SingleNode":        func(n *Node) { n.SingleNode = true },
 		"KubernetesVersion": func(n *Node) { n.KubernetesVersion = "v1.32.0" },
 		"ClusterName":       func(n *Node) { n.ClusterName = "other" },
-		"Endpoint":          func(n *Node) { n.Endpoint.Port = 7443 },
+		"Endpoint":          func(n *Node) { n.Endpoint.Host = "api2.demo.example.com" },
+		"Network":           func(n *Node) { n.Network.ServiceDomain = "cluster.example" },
 		"Hostname":          func(n *Node) { n.Hostname = "h1" },
 		"HostnamePrefix":    func(n *Node) { n.HostnamePrefix = "h-" },
 		"Users":             func(n *Node) { n.Users[0].Groups = []string{"other"} },
-		"Install":           func(n *Node) { n.Install = &Install{Auto: true} },
+		"Install":           func(n *Node) { n.Install = &Install{Auto: true, Reboot: true} },
 		"Files":             func(n *Node) { n.Files = []File{{Path: "/etc/x", Content: "x"}} },
 		"PreCommands":       func(n *Node) { n.PreCommands = []string{"true"} },
 		"PostCommands":      func(n *Node) { n.PostCommands = []string{"true"} },
-		"Manifests":         func(n *Node) { n.Manifests = []Manifest{{Name: "m", Content: "kind: X\n"}} },
+		"Manifests": func(n *Node) {
+			n.Manifests = []Manifest{{Name: "m", Content: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n"}}
+		},
 		"PKI":               func(n *Node) { n.PKI = &otherCA },
 		"JoinToken": func(n *Node) {
 			n.JoinToken = map[Distribution]string{K0s: k0sToken(t, p, token.K0sControllerToken), K3s: strings.Replace(n.JoinToken, fixtureK3sPassword, "ffffffffffffffffffffffffffffffff", 1)}[n.Distribution]
@@ -653,10 +670,18 @@ func TestEveryFieldIsUsed(t *testing.T) {
 				n.JoinToken, _ = token.NewK0sJoinToken(token.K0sControllerToken, url, p.ClusterCA.Cert, token.BootstrapToken{ID: "zzzzzz", Secret: "zzzzzzzzzzzzzzzz"})
 			}
 		},
+		"AgentToken": func(n *Node) {
+			if n.Distribution == K3s {
+				n.AgentToken = strings.Replace(n.AgentToken, fixtureK3sAgentPassword, "eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee", 1)
+			} else {
+				n.Distribution, n.JoinToken = K3s, "" // k0s takes no agent token
+				setK3sTokens(t, p, n)
+			}
+		},
 		"Args": func(n *Node) { n.Args = []string{"--debug"} },
 		"Env":  func(n *Node) { n.Env = map[string]string{"A": "b"} },
 		"Config": func(n *Node) {
-			n.Config = map[Distribution]string{K0s: "spec:\n  x: 1\n", K3s: "x: 1\n"}[n.Distribution]
+			n.Config = map[Distribution]string{K0s: "spec:\n  telemetry:\n    enabled: false\n", K3s: "x: 1\n"}[n.Distribution]
 		},
 	}
 	typ := reflect.TypeOf(Node{})
@@ -692,13 +717,13 @@ func TestEveryFieldIsUsed(t *testing.T) {
 func TestDocumentFragments(t *testing.T) {
 	p := fixturePKI(t)
 	n := node(K3s, RoleWorker)
-	n.JoinToken = k3sToken(t, p)
+	setK3sTokens(t, p, &n)
 	out, err := Document(n, merge.Fragment{Name: "dup", Content: []byte("write_files:\n  - path: " + K3sTokenPath + "\n")})
-	if err == nil || err.Error() != `file "/etc/rancher/k3s/token" is written by both "generated" and fragment "dup"` {
+	if err == nil || err.Error() != `Fragments[0]: file "/etc/rancher/k3s/token" is written by both "generated" and fragment "dup"` {
 		t.Fatalf("got %v\n%s", err, out)
 	}
-	_, err = Document(n, merge.Fragment{Name: "host", Content: []byte("k3s-agent:\n  enabled: false\n")})
-	if err == nil || err.Error() != `key "k3s-agent.enabled" is set by both "generated" and fragment "host"` {
+	_, err = Document(n, merge.Fragment{Name: "host", Content: []byte("hostname: other\n")}, merge.Fragment{Name: "host2", Content: []byte("hostname: other\n")})
+	if err == nil || err.Error() != `Fragments[1]: key "hostname" is set by both fragment "host" and fragment "host2"` {
 		t.Fatalf("got %v", err)
 	}
 }

@@ -39,29 +39,37 @@ func (b *builder) header(what string) string {
 // preflightScript fails unless the installed distribution matches the
 // requested Kubernetes version and the pre-commands have completed. It runs
 // as ExecStartPre of the distribution service and again before the sentinel.
+//
+// The version is pinned until the node has bootstrapped once
+// (BootstrapDoneMarker, written with the sentinel), not on every boot: the
+// pin makes sure a node joins with the version Cluster API asked for, while
+// an in-place Kairos upgrade that later replaces the k0s/k3s binary must not
+// leave Kubernetes refusing to start. After the first bootstrap, Cluster API
+// sees the version the node runs through the kubelet's Node status.
 func (b *builder) preflightScript() string {
 	n := b.n
 	var s strings.Builder
 	s.Grow(1024)
 	s.WriteString(b.header("Refuses to let " + b.service + " start unless the node is what Cluster API asked for."))
 	s.WriteString(scriptPath)
-	s.WriteString("want=" + b.version + "\n")
+	s.WriteString("if [ ! -e " + BootstrapDoneMarker + " ]; then\n")
+	s.WriteString("  want=" + b.version + "\n")
 	if n.Distribution == K0s {
-		s.WriteString("installed=$(k0s version 2>/dev/null | head -n 1)\n")
+		s.WriteString("  installed=$(k0s version 2>/dev/null | head -n 1)\n")
 	} else {
-		s.WriteString("installed=$(k3s --version 2>/dev/null | sed -n '1s/^k3s version \\([^ ]*\\).*$/\\1/p')\n")
+		s.WriteString("  installed=$(k3s --version 2>/dev/null | sed -n '1s/^k3s version \\([^ ]*\\).*$/\\1/p')\n")
 	}
 	if strings.Contains(b.version, "+") {
 		// A distribution build: v1.31.2+k3s1 pins that release; v1.31.2+k0s (what the kubelet
 		// of k0s reports, and so what Cluster API compares Machine versions with) matches any
 		// v1.31.2+k0s.N.
-		s.WriteString("if [ \"$installed\" != \"$want\" ] && [ \"${installed#\"$want\".}\" = \"$installed\" ]; then\n")
+		s.WriteString("  if [ \"$installed\" != \"$want\" ] && [ \"${installed#\"$want\".}\" = \"$installed\" ]; then\n")
 	} else {
 		// Compare the Kubernetes part, without the +k0s.0 / +k3s1 suffix.
-		s.WriteString("if [ \"${installed%%+*}\" != \"$want\" ]; then\n")
+		s.WriteString("  if [ \"${installed%%+*}\" != \"$want\" ]; then\n")
 	}
-	s.WriteString("  echo \"kairos-capi: installed " + string(n.Distribution) + " version '${installed:-none}' does not match the requested $want\" >&2\n")
-	s.WriteString("  exit 1\nfi\n")
+	s.WriteString("    echo \"kairos-capi: installed " + string(n.Distribution) + " version '${installed:-none}' does not match the requested $want\" >&2\n")
+	s.WriteString("    exit 1\n  fi\nfi\n")
 	if len(n.PreCommands) > 0 {
 		s.WriteString("if [ ! -e " + PreCommandsMarker + " ]; then\n")
 		s.WriteString("  echo \"kairos-capi: the pre-commands have not completed (see the network stage in the journal)\" >&2\n")
@@ -106,6 +114,7 @@ func (b *builder) bootstrapScript() string {
 	}
 	s.WriteString("mkdir -p " + SentinelPath[:strings.LastIndexByte(SentinelPath, '/')] + "\n")
 	s.WriteString("echo success > " + SentinelPath + "\n")
+	s.WriteString("touch " + BootstrapDoneMarker + "\n")
 	s.WriteString("echo \"kairos-capi: bootstrap complete\"\n")
 	return s.String()
 }

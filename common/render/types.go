@@ -20,10 +20,39 @@ const (
 	RoleWorker       Role = "worker"
 )
 
-// Endpoint is the control-plane endpoint (API server host and port).
+// Endpoint is the control-plane endpoint (API server host and port): where
+// nodes and clients reach the API servers, often a load balancer.
 type Endpoint struct {
 	Host string
 	Port int32
+}
+
+// Network is the Cluster's network (Cluster API's spec.clusterNetwork).
+type Network struct {
+	// APIServerPort is the port the API servers bind to on the nodes; 0
+	// means DefaultAPIServerPort, Cluster API's documented default. The
+	// endpoint port may differ: a load balancer listening on 443 that
+	// forwards to 6443.
+	APIServerPort int32
+	// PodCIDRs and ServiceCIDRs hold one CIDR, or one IPv4 and one IPv6 CIDR
+	// (dual stack). Empty leaves the distribution's default.
+	PodCIDRs, ServiceCIDRs []string
+	// ServiceDomain is the cluster DNS domain; empty leaves the
+	// distribution's default (cluster.local).
+	ServiceDomain string
+}
+
+// DefaultAPIServerPort is where API servers listen when the Cluster does not
+// say: Cluster API documents spec.clusterNetwork.apiServerPort as
+// "Defaults to 6443", and k0s and k3s use 6443 too.
+const DefaultAPIServerPort = 6443
+
+// apiServerPort returns the port API servers bind to.
+func (n Network) apiServerPort() int32 {
+	if n.APIServerPort == 0 {
+		return DefaultAPIServerPort
+	}
+	return n.APIServerPort
 }
 
 // User is an OS user created on the node.
@@ -41,7 +70,9 @@ type Install struct {
 	Auto bool
 	// Device is "auto", a /dev/... path or script://<command>.
 	Device string
-	// Reboot and Poweroff are exclusive.
+	// Reboot and Poweroff are exclusive, and an automatic installation needs
+	// one of them: the installer boots a live system, where the bootstrap
+	// steps do not run, and Kairos' own default is to stay there.
 	Reboot, Poweroff bool
 }
 
@@ -90,6 +121,9 @@ type Node struct {
 	ClusterName       string
 	// Endpoint is the control-plane endpoint.
 	Endpoint Endpoint
+	// Network is the Cluster's network: API server port, pod and service
+	// CIDRs, service domain.
+	Network Network
 	// Hostname is a literal hostname; HostnamePrefix instead derives one from
 	// the prefix and the machine id on the node. At most one may be set.
 	Hostname       string
@@ -109,8 +143,13 @@ type Node struct {
 	PKI *PKI
 	// JoinToken: k0s: the join token (controller token for joining control
 	// planes, worker token for workers; none for the init node). k3s: the
-	// cluster token K10<ca hash>::server:<password>, required for all roles.
+	// server token K10<ca hash>::server:<password> on servers, the agent
+	// token K10<ca hash>::node:<password> on agents, which never see the
+	// server token.
 	JoinToken string
+	// AgentToken (k3s servers only, required) is the agent token every server
+	// accepts from agents (k3s --agent-token-file).
+	AgentToken string
 	// Args are extra distribution arguments, appended after ours.
 	Args []string
 	// Env is extra distribution environment.
@@ -138,6 +177,10 @@ const (
 	PostCommandsScript  = ScriptDir + "/post-commands.sh"
 	PreCommandsMarker   = ScriptDir + "/pre-commands.done"
 	PostCommandsMarker  = ScriptDir + "/post-commands.done"
+	// BootstrapDoneMarker is written with the sentinel; it persists (unlike
+	// the sentinel in /run), so that later boots know the node has
+	// bootstrapped once.
+	BootstrapDoneMarker = ScriptDir + "/bootstrap.done"
 	BootstrapUnitPath   = "/etc/systemd/system/" + BootstrapUnit
 	preflightDropInName = "10-kairos-capi-preflight.conf"
 
@@ -147,6 +190,7 @@ const (
 	K0sManifestDir = "/var/lib/k0s/manifests/kairos-capi"
 
 	K3sTokenPath      = "/etc/rancher/k3s/token"
+	K3sAgentTokenPath = "/etc/rancher/k3s/agent-token"
 	K3sTLSDir         = "/var/lib/rancher/k3s/server/tls"
 	K3sManifestDir    = "/var/lib/rancher/k3s/server/manifests"
 	K3sManifestPrefix = "kairos-capi-"
@@ -171,6 +215,11 @@ const (
 	// address of the node, loopback included (k0s' own kube-apiserver keeps
 	// using 127.0.0.1:2379).
 	K0sEtcdListenClientURLs = "https://0.0.0.0:2379"
+
+	// MaxDocumentSize is the most bootstrap data a Secret holds: the API
+	// server refuses Secrets whose data exceed 1 MiB
+	// (k8s.io/api/core/v1 MaxSecretSize).
+	MaxDocumentSize = 1 << 20
 
 	// HostnameSuffixTemplate is appended to HostnamePrefix; yip renders it
 	// from /etc/machine-id when it sets the hostname.

@@ -2,7 +2,6 @@ package render
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
 	"net"
 	"path"
@@ -105,19 +104,44 @@ func isUserName(s string) bool {
 // DNS label.
 const maxHostnamePrefixLen = 63 - 8
 
-// problems collects validation errors with their field paths.
-type problems []error
-
-func (p *problems) add(field, format string, args ...any) {
-	*p = append(*p, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+// versionCore returns the major, minor and patch numbers of a version that
+// isVersion accepts.
+func versionCore(s string) (v [3]int, ok bool) {
+	if !isVersion(s) {
+		return v, false
+	}
+	t := strings.TrimPrefix(s, "v")
+	for part := 0; part < 3; part++ {
+		digits := 0
+		for digits < len(t) && t[digits] >= '0' && t[digits] <= '9' {
+			digits++
+		}
+		n, err := strconv.Atoi(t[:digits])
+		if err != nil {
+			return v, false
+		}
+		v[part] = n
+		t = strings.TrimPrefix(t[digits:], ".")
+	}
+	return v, true
 }
 
-// wrap keeps err inspectable (errors.As finds a *merge.ConflictError).
-func (p *problems) wrap(field string, err error) {
-	*p = append(*p, fmt.Errorf("%s: %w", field, err))
+// atLeast reports whether version is at least min (major, minor, patch).
+func atLeast(version string, min [3]int) bool {
+	v, ok := versionCore(version)
+	if !ok {
+		return false
+	}
+	for i := range v {
+		if v[i] != min[i] {
+			return v[i] > min[i]
+		}
+	}
+	return true
 }
 
-// Validate checks a Node and returns every problem found, joined.
+// Validate checks a Node and returns every problem found, joined; each is a
+// *FieldError (see FieldErrors).
 func (n *Node) Validate() error {
 	_, err := n.validate()
 	return err
@@ -131,12 +155,35 @@ type validated struct {
 	k0sConfig string
 }
 
-// validate checks n.
+// validate checks n, one concern at a time.
 func (n *Node) validate() (validated, error) {
 	var p problems
 	var out validated
-	cp := n.Role == RoleControlPlane
+	n.validateKind(&p)
+	out.version = n.validateVersion(&p)
+	n.validateCluster(&p)
+	n.validateHostname(&p)
+	validateUsers(&p, n.Users)
+	n.validateInstall(&p)
+	n.validateFiles(&p)
+	validateCommands(&p, "PreCommands", n.PreCommands)
+	validateCommands(&p, "PostCommands", n.PostCommands)
+	n.validateManifests(&p)
+	n.validateOptions(&p)
+	if n.Role == RoleControlPlane {
+		if n.PKI == nil {
+			p.add("PKI", "required on control-plane nodes (init and join)")
+		} else {
+			validatePKI(&p, n.PKI)
+		}
+	}
+	n.validateJoinToken(&p)
+	out.k0sConfig = n.validateConfig(&p)
+	n.checkUTF8(&p)
+	return out, p.err()
+}
 
+func (n *Node) validateKind(p *problems) {
 	switch n.Distribution {
 	case K0s, K3s:
 	case "":
@@ -151,21 +198,27 @@ func (n *Node) validate() (validated, error) {
 	default:
 		p.add("Role", "unknown role %q (want %q or %q)", n.Role, RoleControlPlane, RoleWorker)
 	}
-	if !cp {
-		if n.Init {
-			p.add("Init", "only control-plane nodes initialise a cluster")
-		}
-		if n.SingleNode {
-			p.add("SingleNode", "only applies to control-plane nodes")
-		}
-		if len(n.Manifests) > 0 {
-			p.add("Manifests", "only control-plane nodes apply manifests")
-		}
-		if n.PKI != nil {
-			p.add("PKI", "only control-plane nodes use the cluster PKI; workers join with JoinToken")
-		}
+	if n.Role == RoleControlPlane {
+		return
 	}
+	if n.Init {
+		p.add("Init", "only control-plane nodes initialise a cluster")
+	}
+	if n.SingleNode {
+		p.add("SingleNode", "only applies to control-plane nodes")
+	}
+	if len(n.Manifests) > 0 {
+		p.add("Manifests", "only control-plane nodes apply manifests")
+	}
+	if n.PKI != nil {
+		p.add("PKI", "only control-plane nodes use the cluster PKI; workers join with JoinToken")
+	}
+	if n.AgentToken != "" {
+		p.add("AgentToken", "only k3s servers take the agent token; agents join with it as JoinToken")
+	}
+}
 
+func (n *Node) validateVersion(p *problems) string {
 	version := n.KubernetesVersion
 	switch {
 	case version == "":
@@ -175,24 +228,42 @@ func (n *Node) validate() (validated, error) {
 	case version[0] != 'v':
 		version = "v" + version
 	}
+	return version
+}
 
+// CheckEndpoint checks a control-plane endpoint as rendering does, so that a
+// caller can refuse it (naming its own field) before it builds anything from
+// it.
+func CheckEndpoint(e Endpoint) error {
+	var p problems
+	checkEndpoint(&p, e)
+	return p.err()
+}
+
+func checkEndpoint(p *problems, e Endpoint) {
+	switch h := e.Host; {
+	case h == "":
+		p.add("Endpoint.Host", "required: render only once the control-plane endpoint is known")
+	case !isDNSName(strings.ToLower(h)) && net.ParseIP(h) == nil:
+		p.add("Endpoint.Host", "%q is neither an IP address nor a DNS name", h)
+	}
+	if e.Port <= 0 || e.Port > 65535 {
+		p.add("Endpoint.Port", "%d is not a TCP port", e.Port)
+	}
+}
+
+func (n *Node) validateCluster(p *problems) {
 	switch {
 	case n.ClusterName == "":
 		p.add("ClusterName", "required")
 	case !isDNSName(n.ClusterName):
 		p.add("ClusterName", "%q is not a DNS subdomain name", n.ClusterName)
 	}
+	checkEndpoint(p, n.Endpoint)
+	n.validateNetwork(p)
+}
 
-	switch h := n.Endpoint.Host; {
-	case h == "":
-		p.add("Endpoint.Host", "required: render only once the control-plane endpoint is known")
-	case !isDNSName(strings.ToLower(h)) && net.ParseIP(h) == nil:
-		p.add("Endpoint.Host", "%q is neither an IP address nor a DNS name", h)
-	}
-	if n.Endpoint.Port <= 0 || n.Endpoint.Port > 65535 {
-		p.add("Endpoint.Port", "%d is not a TCP port", n.Endpoint.Port)
-	}
-
+func (n *Node) validateHostname(p *problems) {
 	if n.Hostname != "" && n.HostnamePrefix != "" {
 		p.add("Hostname", "set either Hostname or HostnamePrefix, not both")
 	}
@@ -202,17 +273,28 @@ func (n *Node) validate() (validated, error) {
 	if h := n.HostnamePrefix; h != "" && (len(h) > maxHostnamePrefixLen || !hostPrefixRegex.MatchString(h)) {
 		p.add("HostnamePrefix", "%q must match [a-z0-9][-a-z0-9]* and be at most %d characters", h, maxHostnamePrefixLen)
 	}
+}
 
-	validateUsers(&p, n.Users)
-	if in := n.Install; in != nil {
-		if in.Reboot && in.Poweroff {
-			p.add("Install", "Reboot and Poweroff are exclusive")
-		}
-		if d := in.Device; d != "" && d != "auto" && !strings.HasPrefix(d, "/dev/") && !strings.HasPrefix(d, "script://") {
-			p.add("Install.Device", "%q must be \"auto\", a /dev/... path or script://<command>", d)
-		}
+func (n *Node) validateInstall(p *problems) {
+	in := n.Install
+	if in == nil {
+		return
 	}
+	if in.Reboot && in.Poweroff {
+		p.add("Install", "Reboot and Poweroff are exclusive")
+	}
+	if in.Auto && !in.Reboot && !in.Poweroff {
+		// Kairos' installer neither reboots nor powers off by default; the
+		// machine then stays in the live system, where the bootstrap steps
+		// are skipped and the distribution never starts.
+		p.add("Install.Reboot", "an automatic installation must reboot into the installed system (or power off, for the infrastructure to boot it): without either the machine stays in the live installer and never joins")
+	}
+	if d := in.Device; d != "" && d != "auto" && !strings.HasPrefix(d, "/dev/") && !strings.HasPrefix(d, "script://") {
+		p.add("Install.Device", "%q must be \"auto\", a /dev/... path or script://<command>", d)
+	}
+}
 
+func (n *Node) validateFiles(p *problems) {
 	for i, f := range n.Files {
 		field := fmt.Sprintf("Files[%d]", i)
 		switch {
@@ -239,17 +321,13 @@ func (n *Node) validate() (validated, error) {
 			}
 		}
 	}
+}
 
-	validateCommands(&p, "PreCommands", n.PreCommands)
-	validateCommands(&p, "PostCommands", n.PostCommands)
-
+func (n *Node) validateManifests(p *problems) {
 	for i, m := range n.Manifests {
 		field := fmt.Sprintf("Manifests[%d]", i)
 		if len(m.Name) > 200 || !manifestPattern.MatchString(m.Name) {
 			p.add(field+".Name", "%q must match %s", m.Name, manifestPattern)
-		}
-		if strings.TrimSpace(m.Content) == "" {
-			p.add(field+".Content", "empty")
 		}
 		for j := range i {
 			if n.Manifests[j].Name == m.Name {
@@ -257,8 +335,17 @@ func (n *Node) validate() (validated, error) {
 				break
 			}
 		}
+		if strings.TrimSpace(m.Content) == "" {
+			p.add(field+".Content", "empty")
+		} else if utf8.ValidString(m.Content) {
+			if path, err := checkManifest(m.Content); err != nil {
+				p.addAt(field+".Content", path, "%v", err)
+			}
+		}
 	}
+}
 
+func (n *Node) validateOptions(p *problems) {
 	for i, a := range n.Args {
 		if strings.TrimSpace(a) == "" || strings.ContainsAny(a, "\r\n") {
 			p.add(fmt.Sprintf("Args[%d]", i), "%q must be a non-empty single line", a)
@@ -272,34 +359,26 @@ func (n *Node) validate() (validated, error) {
 			p.add("Env", "the value of %s must be a single line", k)
 		}
 	}
+	n.checkArgs(p)
+}
 
-	if cp {
-		if n.PKI == nil {
-			p.add("PKI", "required on control-plane nodes (init and join)")
-		} else {
-			validatePKI(&p, n.PKI)
-		}
-	}
-	n.validateJoinToken(&p)
-
+// validateConfig checks Config and returns /etc/k0s/k0s.yaml for k0s
+// controllers.
+func (n *Node) validateConfig(p *problems) string {
+	cp := n.Role == RoleControlPlane
 	switch {
 	case n.Distribution == K0s && cp:
 		conf, err := k0sClusterConfig(n)
 		if err != nil {
 			p.wrap("Config", err)
 		}
-		out.k0sConfig = conf
+		return conf
 	case n.Distribution == K0s && n.Config != "":
 		p.add("Config", "k0s workers take no ClusterConfig")
 	case n.Distribution == K3s && strings.TrimSpace(n.Config) != "":
-		if err := checkK3sUserConfig(n.Config, n.Role); err != nil {
-			p.wrap("Config", err)
-		}
+		n.checkK3sUserConfig(p)
 	}
-
-	n.checkUTF8(&p)
-	out.version = version
-	return out, errors.Join(p...)
+	return ""
 }
 
 // checkUTF8 rejects free-text fields that are not valid UTF-8: YAML cannot
@@ -399,6 +478,9 @@ func (n *Node) validateJoinToken(p *problems) {
 	cp := n.Role == RoleControlPlane
 	switch n.Distribution {
 	case K0s:
+		if n.AgentToken != "" {
+			p.add("AgentToken", "only k3s servers take an agent token")
+		}
 		if cp && n.Init {
 			if n.JoinToken != "" {
 				p.add("JoinToken", "the init controller creates the cluster and takes no join token")
@@ -421,24 +503,53 @@ func (n *Node) validateJoinToken(p *problems) {
 			p.add("JoinToken", "its CA is not PKI.ClusterCA")
 		}
 	case K3s:
-		if n.JoinToken == "" {
-			p.add("JoinToken", "required: the k3s cluster token (K10<ca hash>::server:<password>)")
+		wantUser := token.K3sAgentUser
+		if cp {
+			wantUser = token.K3sServerUser
+		}
+		hash := n.checkK3sToken(p, "JoinToken", n.JoinToken, wantUser)
+		if !cp {
 			return
 		}
-		hash, _, _, err := token.ParseK3sToken(n.JoinToken)
-		if err != nil {
-			p.add("JoinToken", "%v", err)
+		if n.AgentToken == "" {
+			p.add("AgentToken", "required on k3s servers: every server must accept the cluster's agent token, or agents joining through it are refused")
 			return
 		}
-		if cp && n.PKI != nil && bytes.Contains(n.PKI.ClusterCA.Cert, []byte("-----BEGIN CERTIFICATE-----")) {
-			want, err := token.K3sCAHash(n.PKI.ClusterCA.Cert)
-			if err != nil {
-				p.add("PKI.ClusterCA.Cert", "%v", err)
-			} else if want != hash {
-				p.add("JoinToken", "pins CA hash %s but PKI.ClusterCA hashes to %s", hash, want)
-			}
+		if agentHash := n.checkK3sToken(p, "AgentToken", n.AgentToken, token.K3sAgentUser); hash != "" && agentHash != "" && agentHash != hash {
+			p.add("AgentToken", "pins CA hash %s but JoinToken pins %s", agentHash, hash)
 		}
 	}
+}
+
+// checkK3sToken checks a secure-format k3s token for the user it must carry
+// and, on servers, against the CA written to the node. It returns the CA
+// hash, or "" when the token is unusable.
+func (n *Node) checkK3sToken(p *problems, field, t, wantUser string) string {
+	if t == "" {
+		p.add(field, "required: a k3s token K10<ca hash>::%s:<password>", wantUser)
+		return ""
+	}
+	hash, user, _, err := token.ParseK3sToken(t)
+	if err != nil {
+		p.add(field, "%v", err)
+		return ""
+	}
+	switch {
+	case user == wantUser:
+	case wantUser == token.K3sAgentUser && user == token.K3sServerUser:
+		p.add(field, "is the k3s server token: agents must not receive it (whoever reads an agent's bootstrap data could join a server and read the cluster CA keys); give agents the agent token (user %q)", token.K3sAgentUser)
+	default:
+		p.add(field, "is a token of user %q but a %q token is needed", user, wantUser)
+	}
+	if n.Role == RoleControlPlane && n.PKI != nil && bytes.Contains(n.PKI.ClusterCA.Cert, []byte("-----BEGIN CERTIFICATE-----")) {
+		want, err := token.K3sCAHash(n.PKI.ClusterCA.Cert)
+		if err != nil {
+			p.add("PKI.ClusterCA.Cert", "%v", err)
+		} else if want != hash {
+			p.add(field, "pins CA hash %s but PKI.ClusterCA hashes to %s", hash, want)
+		}
+	}
+	return hash
 }
 
 func (n *Node) k0sTokenRole() token.K0sTokenRole {

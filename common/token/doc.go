@@ -12,8 +12,12 @@
 // (K0sBootstrapTokenManifest) and created later through the workload API
 // (K0sBootstrapTokenSecretData).
 //
-// k3s: one cluster token in the secure format
-// K10<sha256 of the cluster CA>::server:<password>. The hash pins the CA a
+// k3s: two tokens per cluster in the secure format, the server token
+// K10<sha256 of the cluster CA>::server:<password>, which only servers get,
+// and the agent token K10<sha256 of the cluster CA>::node:<password>, which
+// agents get and servers accept through --agent-token-file: an agent's
+// bootstrap data never holds credentials that could join a server (and read
+// the cluster's CA keys from the server bootstrap data). The hash pins the CA a
 // joining node downloads from /cacerts before it trusts the server; k3s
 // hashes the literal bytes of server-ca.crt when it holds one certificate
 // (the DER of the root for a chain), so the token must be computed from the

@@ -18,6 +18,14 @@ const (
 	K3sTokenPrefix = "K10"
 	// K3sServerUser is the user of server (cluster) tokens.
 	K3sServerUser = "server"
+	// K3sAgentUser is the user of agent tokens. A k3s server given
+	// --agent-token-file with a secure-format token keeps only the password
+	// after "::node:" for this user (k3s pkg/passwd/passwd.go EnsureUser,
+	// called from pkg/daemons/control/deps/deps.go genUsers), and agents
+	// authenticate as "node" (pkg/agent/run.go,
+	// clientaccess.NormalizeAndValidateTokenForUser(..., "node")). The "node"
+	// user may join agents only: servers join with the "server" user.
+	K3sAgentUser = "node"
 
 	k3sPasswordBytes = 16
 )
@@ -79,6 +87,22 @@ func NewK3sToken(caCert []byte) (string, error) {
 		return "", fmt.Errorf("token: reading random bytes: %w", err)
 	}
 	return FormatK3sToken(hash, K3sServerUser, hex.EncodeToString(b))
+}
+
+// NewK3sAgentToken returns a random secure-format agent token pinned to the
+// CA bundle: K10<hash>::node:<32 hex characters>. Servers accept it from
+// agents when it is given to them with --agent-token-file; it cannot join a
+// server.
+func NewK3sAgentToken(caCert []byte) (string, error) {
+	hash, err := K3sCAHash(caCert)
+	if err != nil {
+		return "", err
+	}
+	b := make([]byte, k3sPasswordBytes)
+	if _, err := rand.Read(b); err != nil {
+		return "", fmt.Errorf("token: reading random bytes: %w", err)
+	}
+	return FormatK3sToken(hash, K3sAgentUser, hex.EncodeToString(b))
 }
 
 // FormatK3sToken assembles a secure-format token from its parts.
