@@ -48,13 +48,13 @@ type k0sField struct {
 }
 
 func kObj(fields map[string]*k0sField) *k0sField { return &k0sField{kind: k0sObject, fields: fields} }
-func kList(elem *k0sField) *k0sField              { return &k0sField{kind: k0sList, elem: elem} }
-func kStr() *k0sField                             { return &k0sField{kind: k0sString} }
-func kInt() *k0sField                             { return &k0sField{kind: k0sInt} }
-func kBool() *k0sField                            { return &k0sField{kind: k0sBool} }
-func kDur() *k0sField                             { return &k0sField{kind: k0sDuration} }
-func kStrMap() *k0sField                          { return &k0sField{kind: k0sMap, elem: kStr()} }
-func kStrList() *k0sField                         { return kList(kStr()) }
+func kList(elem *k0sField) *k0sField             { return &k0sField{kind: k0sList, elem: elem} }
+func kStr() *k0sField                            { return &k0sField{kind: k0sString} }
+func kInt() *k0sField                            { return &k0sField{kind: k0sInt} }
+func kBool() *k0sField                           { return &k0sField{kind: k0sBool} }
+func kDur() *k0sField                            { return &k0sField{kind: k0sDuration} }
+func kStrMap() *k0sField                         { return &k0sField{kind: k0sMap, elem: kStr()} }
+func kStrList() *k0sField                        { return kList(kStr()) }
 func kCheck(kind k0sValueKind, check func(any) string) *k0sField {
 	return &k0sField{kind: kind, valid: check}
 }

@@ -457,11 +457,11 @@ func TestK0sClusterConfig(t *testing.T) {
 		"spec:\n  api:\n    externalAddress: x\n": `Config: spec.api.externalAddress: is set from the Cluster's spec.controlPlaneEndpoint: remove it here`,
 		"spec:\n  api: []\n":                      `Config: spec.api: must be a mapping, not a list`,
 		"spec:\n  storage:\n    etcd:\n      extraArgs:\n        listen-client-urls: https://127.0.0.1:2379\n": `Config: spec.storage.etcd.extraArgs.listen-client-urls: is set from kairos-capi`,
-		"spec:\n  telemetry: []\n": `Config: spec.telemetry: must be a mapping, not a list`,
-		"apiVersion: k0s.k0sproject.io/v1beta2\n":                                                              "apiVersion k0s.k0sproject.io/v1beta2 is not k0s.k0sproject.io/v1beta1",
-		"kind: Cluster\n":            "kind Cluster is not ClusterConfig",
-		"metadata:\n  name: other\n": "metadata.name other is not the cluster name demo",
-		"- not\n- a map\n":           "Config: not a YAML map",
+		"spec:\n  telemetry: []\n":                `Config: spec.telemetry: must be a mapping, not a list`,
+		"apiVersion: k0s.k0sproject.io/v1beta2\n": "apiVersion k0s.k0sproject.io/v1beta2 is not k0s.k0sproject.io/v1beta1",
+		"kind: Cluster\n":                         "kind Cluster is not ClusterConfig",
+		"metadata:\n  name: other\n":              "metadata.name other is not the cluster name demo",
+		"- not\n- a map\n":                        "Config: not a YAML map",
 	} {
 		n.Config = cfg
 		_, err := Render(n)
@@ -661,7 +661,7 @@ func TestEveryFieldIsUsed(t *testing.T) {
 		"Manifests": func(n *Node) {
 			n.Manifests = []Manifest{{Name: "m", Content: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: x\n"}}
 		},
-		"PKI":               func(n *Node) { n.PKI = &otherCA },
+		"PKI": func(n *Node) { n.PKI = &otherCA },
 		"JoinToken": func(n *Node) {
 			n.JoinToken = map[Distribution]string{K0s: k0sToken(t, p, token.K0sControllerToken), K3s: strings.Replace(n.JoinToken, fixtureK3sPassword, "ffffffffffffffffffffffffffffffff", 1)}[n.Distribution]
 			if n.Distribution == K0s {

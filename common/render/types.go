@@ -171,12 +171,12 @@ const (
 	// writes the sentinel.
 	BootstrapUnit = "kairos-capi-bootstrap.service"
 
-	PreflightScript     = ScriptDir + "/preflight.sh"
-	BootstrapScript     = ScriptDir + "/bootstrap.sh"
-	PreCommandsScript   = ScriptDir + "/pre-commands.sh"
-	PostCommandsScript  = ScriptDir + "/post-commands.sh"
-	PreCommandsMarker   = ScriptDir + "/pre-commands.done"
-	PostCommandsMarker  = ScriptDir + "/post-commands.done"
+	PreflightScript    = ScriptDir + "/preflight.sh"
+	BootstrapScript    = ScriptDir + "/bootstrap.sh"
+	PreCommandsScript  = ScriptDir + "/pre-commands.sh"
+	PostCommandsScript = ScriptDir + "/post-commands.sh"
+	PreCommandsMarker  = ScriptDir + "/pre-commands.done"
+	PostCommandsMarker = ScriptDir + "/post-commands.done"
 	// BootstrapDoneMarker is written with the sentinel; it persists (unlike
 	// the sentinel in /run), so that later boots know the node has
 	// bootstrapped once.
