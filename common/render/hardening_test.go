@@ -18,7 +18,12 @@ func TestRefusedInputs(t *testing.T) {
 	k0sWorker := func() Node { n := node(K0s, RoleWorker); n.JoinToken = k0sToken(t, p, token.K0sWorkerToken); return n }
 	k0sInit := func() Node { n := node(K0s, RoleControlPlane); n.Init, n.PKI = true, p; return n }
 	k3sAgent := func() Node { n := node(K3s, RoleWorker); setK3sTokens(t, p, &n); return n }
-	k3sServer := func() Node { n := node(K3s, RoleControlPlane); n.Init, n.PKI = true, p; setK3sTokens(t, p, &n); return n }
+	k3sServer := func() Node {
+		n := node(K3s, RoleControlPlane)
+		n.Init, n.PKI = true, p
+		setK3sTokens(t, p, &n)
+		return n
+	}
 	frag := func(content string) []merge.Fragment {
 		return []merge.Fragment{{Name: "ok", Content: []byte("stages:\n  network:\n    - commands: [true]\n")}, {Name: "f", Content: []byte(content)}}
 	}
@@ -100,7 +105,11 @@ func TestRefusedInputs(t *testing.T) {
 
 		// The Cluster's network.
 		{"bad pod CIDR", func() Node { n := k3sServer(); n.Network.PodCIDRs = []string{"10.244.0.0"}; return n }, nil, "Network.PodCIDRs[0]", "", "is not a CIDR"},
-		{"three service CIDRs", func() Node { n := k3sServer(); n.Network.ServiceCIDRs = []string{"10.1.0.0/16", "10.2.0.0/16", "fd00::/108"}; return n }, nil, "Network.ServiceCIDRs", "", "holds 3 CIDRs"},
+		{"three service CIDRs", func() Node {
+			n := k3sServer()
+			n.Network.ServiceCIDRs = []string{"10.1.0.0/16", "10.2.0.0/16", "fd00::/108"}
+			return n
+		}, nil, "Network.ServiceCIDRs", "", "holds 3 CIDRs"},
 		{"k0s dual-stack pods without services", func() Node { n := k0sInit(); n.Network.PodCIDRs = []string{"10.244.0.0/16", "fd00::/56"}; return n }, nil, "Network.ServiceCIDRs", "", "IPv6 service CIDR"},
 		{"service domain", func() Node { n := k3sServer(); n.Network.ServiceDomain = "Cluster_Local"; return n }, nil, "Network.ServiceDomain", "", "not a lowercase DNS name"},
 		{"k0s behind a port-translating load balancer before v1.34.1", func() Node {
@@ -148,7 +157,12 @@ func TestAcceptedInputs(t *testing.T) {
 	p := fixturePKI(t)
 	k0sInit := func() Node { n := node(K0s, RoleControlPlane); n.Init, n.PKI = true, p; return n }
 	k3sAgent := func() Node { n := node(K3s, RoleWorker); setK3sTokens(t, p, &n); return n }
-	k3sServer := func() Node { n := node(K3s, RoleControlPlane); n.Init, n.PKI = true, p; setK3sTokens(t, p, &n); return n }
+	k3sServer := func() Node {
+		n := node(K3s, RoleControlPlane)
+		n.Init, n.PKI = true, p
+		setK3sTokens(t, p, &n)
+		return n
+	}
 	tests := []struct {
 		name      string
 		node      Node
@@ -156,7 +170,11 @@ func TestAcceptedInputs(t *testing.T) {
 	}{
 		{"a flag value in its own item", func() Node { n := k0sInit(); n.Args = []string{"--labels", "single=x"}; return n }(), nil},
 		{"k0s debug shorthand", func() Node { n := k0sInit(); n.Args = []string{"-d"}; return n }(), nil},
-		{"k3s agent flags", func() Node { n := k3sAgent(); n.Args = []string{"--node-label=a=b", "--kubelet-arg=max-pods=200"}; return n }(), nil},
+		{"k3s agent flags", func() Node {
+			n := k3sAgent()
+			n.Args = []string{"--node-label=a=b", "--kubelet-arg=max-pods=200"}
+			return n
+		}(), nil},
 		{"k3s server flags on a server", func() Node { n := k3sServer(); n.Args = []string{"--disable=traefik"}; return n }(), nil},
 		{"k3s cluster-cidr when the Cluster sets none", func() Node { n := k3sServer(); n.Args = []string{"--cluster-cidr=10.1.0.0/16"}; return n }(), nil},
 		{"full ClusterConfig", func() Node {
