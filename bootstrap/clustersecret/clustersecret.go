@@ -1,7 +1,7 @@
 // Package clustersecret stores the cluster-wide credentials of a Kairos cluster in the
 // management cluster: the certificate authorities Cluster API names <cluster>-ca, -etcd,
 // -proxy and -sa (in the kubeadm-compatible tls.crt/tls.key format, so that CAPI's own
-// kubeconfig and move logic understand them), and the k3s cluster token.
+// kubeconfig and move logic understand them), and the k3s server and agent tokens.
 //
 // Both providers use it: the control-plane provider creates the credentials up front, the
 // bootstrap provider creates them for the first control-plane node when no control-plane
@@ -27,8 +27,18 @@ import (
 	"github.com/kairos-capi/kairos-capi/common/token"
 )
 
-// K3sToken is the name suffix of the Secret holding a k3s cluster's shared token.
+// K3sToken is the name suffix of the Secret holding a k3s cluster's tokens: the server
+// token under "value" and the agent token under K3sAgentTokenKey.
 const K3sToken secret.Purpose = "k3s-token"
+
+// K3sAgentTokenKey is the key of the k3s agent token in the K3sToken Secret.
+const K3sAgentTokenKey = "agent-token"
+
+// K3sTokens are the two tokens of a k3s cluster. Servers get both (the agent token with
+// --agent-token-file); agents get only Agent, which cannot join a server.
+type K3sTokens struct {
+	Server, Agent string
+}
 
 // caValidity matches what kubeadm and k0s use for cluster CAs.
 const caValidity = 10 * 365 * 24 * time.Hour
@@ -111,39 +121,71 @@ func CACertificate(ctx context.Context, c client.Reader, cluster client.ObjectKe
 	return kp.Cert, nil
 }
 
-// LookupK3sToken reads the k3s cluster token.
-func LookupK3sToken(ctx context.Context, c client.Reader, cluster client.ObjectKey) (string, error) {
+// LookupK3sTokens reads the k3s cluster's tokens. It returns an *ErrMissing while the Secret,
+// or its agent token, does not exist.
+func LookupK3sTokens(ctx context.Context, c client.Reader, cluster client.ObjectKey) (K3sTokens, error) {
+	s, err := getK3sTokenSecret(ctx, c, cluster)
+	if err != nil {
+		return K3sTokens{}, err
+	}
+	t := K3sTokens{Server: string(s.Data[secret.KubeconfigDataName]), Agent: string(s.Data[K3sAgentTokenKey])}
+	switch {
+	case t.Server == "":
+		return K3sTokens{}, fmt.Errorf("secret %s has no %q key", s.Name, secret.KubeconfigDataName)
+	case t.Agent == "":
+		return K3sTokens{}, &ErrMissing{Names: []string{s.Name + " key " + K3sAgentTokenKey}}
+	}
+	return t, nil
+}
+
+func getK3sTokenSecret(ctx context.Context, c client.Reader, cluster client.ObjectKey) (*corev1.Secret, error) {
 	s := &corev1.Secret{}
 	err := c.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: secret.Name(cluster.Name, K3sToken)}, s)
 	if apierrors.IsNotFound(err) {
-		return "", &ErrMissing{Names: []string{secret.Name(cluster.Name, K3sToken)}}
+		return nil, &ErrMissing{Names: []string{secret.Name(cluster.Name, K3sToken)}}
 	}
 	if err != nil {
-		return "", fmt.Errorf("reading the k3s token Secret: %w", err)
+		return nil, fmt.Errorf("reading the k3s token Secret: %w", err)
 	}
-	v := s.Data[secret.KubeconfigDataName]
-	if len(v) == 0 {
-		return "", fmt.Errorf("secret %s has no %q key", s.Name, secret.KubeconfigDataName)
-	}
-	return string(v), nil
+	return s, nil
 }
 
-// LookupOrGenerateK3sToken reads the k3s cluster token, creating it (pinned to the cluster
-// CA) when it does not exist yet.
+// LookupOrGenerateK3sToken reads the k3s server token, creating the cluster's token Secret
+// (server and agent token, both pinned to the cluster CA) when it does not exist yet, and
+// adding the agent token to a Secret written before agent tokens existed.
 func LookupOrGenerateK3sToken(ctx context.Context, c client.Client, cluster client.ObjectKey, caCert []byte, owner metav1.OwnerReference) (string, error) {
-	t, err := LookupK3sToken(ctx, c, cluster)
-	if err == nil || !IsMissing(err) {
-		return t, err
+	s, err := getK3sTokenSecret(ctx, c, cluster)
+	if err != nil && !IsMissing(err) {
+		return "", err
 	}
-	t, err = token.NewK3sToken(caCert)
+	agent, aerr := token.NewK3sAgentToken(caCert)
+	if aerr != nil {
+		return "", fmt.Errorf("generating the k3s agent token: %w", aerr)
+	}
+	if err == nil {
+		server := string(s.Data[secret.KubeconfigDataName])
+		if server == "" {
+			return "", fmt.Errorf("secret %s has no %q key", s.Name, secret.KubeconfigDataName)
+		}
+		if len(s.Data[K3sAgentTokenKey]) > 0 {
+			return server, nil
+		}
+		patch := client.MergeFrom(s.DeepCopy())
+		s.Data[K3sAgentTokenKey] = []byte(agent)
+		if err := c.Patch(ctx, s, patch); err != nil {
+			return "", fmt.Errorf("adding the agent token to Secret %s: %w", s.Name, err)
+		}
+		return server, nil
+	}
+	server, err := token.NewK3sToken(caCert)
 	if err != nil {
 		return "", fmt.Errorf("generating the k3s token: %w", err)
 	}
-	s := newSecret(cluster, K3sToken, owner, map[string][]byte{secret.KubeconfigDataName: []byte(t)})
-	if err := c.Create(ctx, s); err != nil {
-		return "", fmt.Errorf("creating Secret %s: %w", s.Name, err)
+	ns := newSecret(cluster, K3sToken, owner, map[string][]byte{secret.KubeconfigDataName: []byte(server), K3sAgentTokenKey: []byte(agent)})
+	if err := c.Create(ctx, ns); err != nil {
+		return "", fmt.Errorf("creating Secret %s: %w", ns.Name, err)
 	}
-	return t, nil
+	return server, nil
 }
 
 func getKeyPair(ctx context.Context, c client.Reader, cluster client.ObjectKey, p secret.Purpose) (*pki.KeyPair, error) {

@@ -5,6 +5,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,10 +99,10 @@ func TestPKILifecycle(t *testing.T) {
 		t.Fatalf("LookupPKI with demo-proxy deleted = %v", err)
 	}
 
-	// The k3s token is pinned to the cluster CA and created once.
-	_, err = clustersecret.LookupK3sToken(ctx, c, key)
+	// The k3s tokens are pinned to the cluster CA and created once.
+	_, err = clustersecret.LookupK3sTokens(ctx, c, key)
 	if !clustersecret.IsMissing(err) || !strings.Contains(err.Error(), "demo-k3s-token") {
-		t.Fatalf("LookupK3sToken = %v, want ErrMissing naming demo-k3s-token", err)
+		t.Fatalf("LookupK3sTokens = %v, want ErrMissing naming demo-k3s-token", err)
 	}
 	tok, err := clustersecret.LookupOrGenerateK3sToken(ctx, c, key, generated.ClusterCA.Cert, owner)
 	if err != nil {
@@ -117,6 +118,40 @@ func TestPKILifecycle(t *testing.T) {
 	if again, err := clustersecret.LookupOrGenerateK3sToken(ctx, c, key, generated.ClusterCA.Cert, owner); err != nil || again != tok {
 		t.Errorf("second LookupOrGenerateK3sToken = %q, %v; want the stored token", again, err)
 	}
+	tokens, err := clustersecret.LookupK3sTokens(ctx, c, key)
+	if err != nil || tokens.Server != tok {
+		t.Fatalf("LookupK3sTokens = %+v, %v", tokens, err)
+	}
+	agentHash, user, _, err := token.ParseK3sToken(tokens.Agent)
+	if err != nil || agentHash != hash || user != token.K3sAgentUser {
+		t.Errorf("agent token %q (%v): want user %q pinned to the cluster CA", tokens.Agent, err, token.K3sAgentUser)
+	}
+}
+
+// TestK3sAgentTokenAddedToOlderSecret: a token Secret written before agent tokens existed
+// gets one, and keeps its server token.
+func TestK3sAgentTokenAddedToOlderSecret(t *testing.T) {
+	ctx := context.Background()
+	kp, err := pki.NewCA("kubernetes-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server, err := token.NewK3sToken(kp.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newClient(t, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "demo-k3s-token"}, Data: map[string][]byte{"value": []byte(server)}})
+	if _, err := clustersecret.LookupK3sTokens(ctx, c, key); !clustersecret.IsMissing(err) || !strings.Contains(err.Error(), "agent-token") {
+		t.Fatalf("LookupK3sTokens = %v, want the agent token missing", err)
+	}
+	got, err := clustersecret.LookupOrGenerateK3sToken(ctx, c, key, kp.Cert, owner)
+	if err != nil || got != server {
+		t.Fatalf("LookupOrGenerateK3sToken = %q, %v", got, err)
+	}
+	tokens, err := clustersecret.LookupK3sTokens(ctx, c, key)
+	if err != nil || tokens.Server != server || !strings.Contains(tokens.Agent, "::node:") {
+		t.Fatalf("LookupK3sTokens = %+v, %v", tokens, err)
+	}
 }
 
 func TestMalformedSecrets(t *testing.T) {
@@ -128,8 +163,8 @@ func TestMalformedSecrets(t *testing.T) {
 	if _, err := clustersecret.CACertificate(ctx, c, key); err == nil || clustersecret.IsMissing(err) || !strings.Contains(err.Error(), "must hold both tls.crt and tls.key") {
 		t.Errorf("CACertificate = %v", err)
 	}
-	if _, err := clustersecret.LookupK3sToken(ctx, c, key); err == nil || clustersecret.IsMissing(err) || !strings.Contains(err.Error(), `has no "value" key`) {
-		t.Errorf("LookupK3sToken = %v", err)
+	if _, err := clustersecret.LookupK3sTokens(ctx, c, key); err == nil || clustersecret.IsMissing(err) || !strings.Contains(err.Error(), `has no "value" key`) {
+		t.Errorf("LookupK3sTokens = %v", err)
 	}
 	if _, err := clustersecret.LookupOrGenerateK3sToken(ctx, c, key, nil, owner); err == nil || clustersecret.IsMissing(err) {
 		t.Errorf("LookupOrGenerateK3sToken replaced a malformed token Secret: %v", err)

@@ -4,7 +4,9 @@
 package dryrun
 
 import (
+	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -36,11 +38,13 @@ var placeholders = sync.OnceValues(func() (*render.PKI, error) {
 	return &out, nil
 })
 
-// Render builds the document of a defaulted spec with placeholder credentials and reports, at
-// fld, conflicts between the user's input and what the provider generates (a file path or key
-// set twice, a k0s config that contradicts the generated one). Content read from Secrets is
-// not known here: files and manifests get placeholder content, and fragments from Secrets are
-// checked at render time.
+// Render builds the document of a defaulted spec with placeholder credentials and reports
+// every problem the renderer finds, each at the spec field it comes from under fld: what a
+// node would misread in an inline fragment, flags the provider manages or the role does not
+// take, manifests that are not Kubernetes objects, a k0s config k0s would refuse, conflicts
+// with what the provider generates. The same rules run again at render time, when the
+// content of referenced Secrets is known: here files and manifests from Secrets get
+// placeholder content, and fragments from Secrets are left out.
 func Render(spec *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	ph, err := placeholders()
 	if err != nil {
@@ -67,9 +71,21 @@ func Render(spec *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList
 	for _, ref := range userdata.References(spec) {
 		in.Secrets[ref] = "placeholder"
 	}
+	for _, m := range spec.Manifests {
+		if m.ContentFrom != nil {
+			in.Secrets[userdata.RefOf(m.ContentFrom)] = placeholderManifest
+		}
+	}
 	switch {
-	case spec.Distribution == bootstrapv1.DistributionK3s:
+	case spec.Distribution == bootstrapv1.DistributionK3s && spec.Role == bootstrapv1.RoleControlPlane:
 		if in.JoinToken, err = token.NewK3sToken(ph.ClusterCA.Cert); err != nil {
+			return field.ErrorList{field.InternalError(fld, err)}
+		}
+		if in.AgentToken, err = token.NewK3sAgentToken(ph.ClusterCA.Cert); err != nil {
+			return field.ErrorList{field.InternalError(fld, err)}
+		}
+	case spec.Distribution == bootstrapv1.DistributionK3s:
+		if in.JoinToken, err = token.NewK3sAgentToken(ph.ClusterCA.Cert); err != nil {
 			return field.ErrorList{field.InternalError(fld, err)}
 		}
 	case spec.Role == bootstrapv1.RoleWorker:
@@ -80,11 +96,38 @@ func Render(spec *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList
 	if spec.Role == bootstrapv1.RoleControlPlane {
 		in.PKI, in.Init = ph, true
 	}
-	if _, err := userdata.Render(spec, in); err != nil {
+	if wt, ok := userdata.WorkerTokenOverride(spec, in.Secrets); ok && spec.WorkerToken != "" {
+		in.JoinToken = wt // an inline override is checked like the token it replaces
+	}
+	_, err = userdata.Render(spec, in)
+	var re *userdata.RenderError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(err, &re):
+		errs := make(field.ErrorList, 0, len(re.Problems))
+		for _, p := range re.Problems {
+			msg := p.Message
+			if p.Path != "" {
+				msg = p.Path + ": " + msg
+			}
+			if p.Source != "" && !strings.HasPrefix(p.Source, "Secret") {
+				msg = p.Source + ": " + msg
+			}
+			if p.Spec {
+				errs = append(errs, field.Invalid(fld.Child(p.Field), field.OmitValueType{}, msg))
+			} else {
+				errs = append(errs, field.Invalid(fld, field.OmitValueType{}, "the Kairos document cannot be built from this spec: "+p.String()))
+			}
+		}
+		return errs
+	default:
 		return field.ErrorList{field.Invalid(fld, field.OmitValueType{}, fmt.Sprintf("the Kairos document cannot be built from this spec: %v", err))}
 	}
-	return nil
 }
+
+// placeholderManifest stands in for manifests read from Secrets, which admission cannot read.
+const placeholderManifest = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: admission-placeholder\n"
 
 func placeholderK0sToken(caCert []byte) (string, error) {
 	t, err := token.NewBootstrapToken()

@@ -9,6 +9,28 @@ const (
 	// DataSecretAvailableCondition is true once the bootstrap data Secret exists. While it is
 	// false, its reason says what rendering waits for.
 	DataSecretAvailableCondition = "DataSecretAvailable"
+
+	// JoinTokenAvailableCondition is set while the bootstrap data holds a join token the
+	// provider generated and a node may still join with it (a Machine without a Node, or a
+	// MachinePool, whose write-once data must keep working for every node it adds). It is
+	// true while the token exists in the workload cluster; the provider refreshes it, and
+	// re-creates it with the same ID and secret when it has expired or was deleted. It is
+	// removed once no node needs the token any more.
+	JoinTokenAvailableCondition = "JoinTokenAvailable"
+)
+
+// Reasons of the JoinTokenAvailable condition.
+const (
+	// JoinTokenValidReason: the token exists and its expiration was pushed forward.
+	JoinTokenValidReason = "JoinTokenValid"
+
+	// JoinTokenRecreatedReason: the token no longer existed (expired and removed by the
+	// workload cluster's token cleaner, or deleted) and was re-created from the data.
+	JoinTokenRecreatedReason = "JoinTokenRecreated"
+
+	// JoinTokenUnavailableReason: the token could not be refreshed or re-created (for
+	// example the workload cluster is unreachable); retried.
+	JoinTokenUnavailableReason = "JoinTokenUnavailable"
 )
 
 // Reasons of the Ready condition.

@@ -43,6 +43,10 @@ func (s *KairosConfigSpec) Default() {
 		if s.Install.Device == "" {
 			s.Install.Device = "auto"
 		}
+		if s.Install.Reboot == nil && !s.Install.Poweroff {
+			reboot := true
+			s.Install.Reboot = &reboot
+		}
 	}
 }
 

@@ -120,17 +120,26 @@ func TestDefault(t *testing.T) {
 			want: bootstrapv1.KairosConfigSpec{
 				Role: bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
 				UserName: bootstrapv1.DefaultUserName, UserPassword: "x", UserGroups: []string{bootstrapv1.DefaultUserGroup},
-				Install: &bootstrapv1.Install{Auto: boolPtr(true), Device: "auto"},
+				Install: &bootstrapv1.Install{Auto: boolPtr(true), Device: "auto", Reboot: boolPtr(true)},
+			},
+		},
+		{
+			name: "install that powers off does not reboot",
+			in:   bootstrapv1.KairosConfigSpec{UserPassword: "x", Install: &bootstrapv1.Install{Poweroff: true}},
+			want: bootstrapv1.KairosConfigSpec{
+				Role: bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
+				UserName: bootstrapv1.DefaultUserName, UserPassword: "x", UserGroups: []string{bootstrapv1.DefaultUserGroup},
+				Install: &bootstrapv1.Install{Auto: boolPtr(true), Device: "auto", Poweroff: true},
 			},
 		},
 		{
 			name: "install auto false and an explicit device are kept",
 			in: bootstrapv1.KairosConfigSpec{UserPassword: "x",
-				Install: &bootstrapv1.Install{Auto: boolPtr(false), Device: "/dev/vda", Reboot: true}},
+				Install: &bootstrapv1.Install{Auto: boolPtr(false), Device: "/dev/vda", Reboot: boolPtr(true)}},
 			want: bootstrapv1.KairosConfigSpec{
 				Role: bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
 				UserName: bootstrapv1.DefaultUserName, UserPassword: "x", UserGroups: []string{bootstrapv1.DefaultUserGroup},
-				Install: &bootstrapv1.Install{Auto: boolPtr(false), Device: "/dev/vda", Reboot: true},
+				Install: &bootstrapv1.Install{Auto: boolPtr(false), Device: "/dev/vda", Reboot: boolPtr(true)},
 			},
 		},
 		{

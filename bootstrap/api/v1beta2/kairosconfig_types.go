@@ -117,7 +117,8 @@ type KairosConfigSpec struct {
 	WorkerTokenSecretRef *SecretKeyReference `json:"workerTokenSecretRef,omitempty"`
 
 	// manifests are Kubernetes manifests the first control-plane node applies through the
-	// distribution's manifest directory. Only valid for role control-plane.
+	// distribution's manifest directory: YAML documents that are each a Kubernetes object
+	// with apiVersion, kind and metadata.name. Only valid for role control-plane.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -148,7 +149,8 @@ type KairosConfigSpec struct {
 	// +kubebuilder:validation:items:MaxLength=10240
 	PostCommands []string `json:"postCommands,omitempty"`
 
-	// hostname sets a literal hostname. Mutually exclusive with hostnamePrefix.
+	// hostname sets a literal hostname. Mutually exclusive with hostnamePrefix. Not allowed in
+	// KairosConfigTemplates, whose Machines would all get the same name: use hostnamePrefix.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Hostname string `json:"hostname,omitempty"`
@@ -160,7 +162,8 @@ type KairosConfigSpec struct {
 	HostnamePrefix string `json:"hostnamePrefix,omitempty"`
 
 	// install, when set, makes Kairos install itself to disk (booting from an ISO or
-	// netboot). Leave it empty when the machine boots an already installed disk image.
+	// netboot) and then reboot into the installed system, where the node bootstraps. Leave
+	// it empty when the machine boots an already installed disk image.
 	// +optional
 	Install *Install `json:"install,omitempty"`
 
@@ -174,7 +177,11 @@ type KairosConfigSpec struct {
 
 	// cloudConfigFragments are user cloud-config documents merged into the generated one:
 	// lists are appended or prepended, maps merge, and a key or file path set by two
-	// sources is an error that names both.
+	// sources is an error that names both. Each fragment, inline or from a Secret, is read
+	// as a Kairos node reads it (yip's types: integer stage file permissions, users with a
+	// list of groups, known step keys) and may neither redefine a user nor set p2p, kubevip,
+	// cluster or the k0s/k3s blocks; a fragment that breaks a rule is refused before any data
+	// is written, naming the fragment and the key.
 	// +optional
 	// +listType=map
 	// +listMapKey=name
@@ -254,18 +261,26 @@ type Install struct {
 	// +kubebuilder:validation:MaxLength=256
 	Device string `json:"device,omitempty"`
 
-	// reboot after installing. Mutually exclusive with poweroff.
+	// reboot into the installed system after installing. Defaults to true unless poweroff is
+	// set: the node bootstraps only in the installed system (Kairos itself neither reboots nor
+	// powers off by default, which would leave the machine in the live installer). Mutually
+	// exclusive with poweroff.
 	// +optional
-	Reboot bool `json:"reboot,omitempty"`
+	Reboot *bool `json:"reboot,omitempty"`
 
-	// poweroff after installing. Mutually exclusive with reboot.
+	// poweroff after installing, for infrastructure that boots the machine again itself.
+	// Mutually exclusive with reboot.
 	// +optional
 	Poweroff bool `json:"poweroff,omitempty"`
 }
 
 // DistributionOptions are extra options for the k0s or k3s service.
 type DistributionOptions struct {
-	// args are extra command-line arguments, appended after the generated ones.
+	// args are extra command-line arguments, appended after the generated ones. One item may
+	// hold a flag and its value. Flags the provider sets itself (the token, server, config,
+	// data directory, cluster-init, single-node and listen-port flags, in any spelling) and
+	// flags the node's role does not take (k3s server flags on agents, k0s controller flags
+	// on workers) are refused.
 	// +optional
 	// +listType=atomic
 	// +kubebuilder:validation:MaxItems=100
@@ -279,8 +294,10 @@ type DistributionOptions struct {
 	Env map[string]string `json:"env,omitempty"`
 
 	// config is extra distribution configuration in YAML. For k0s, a partial ClusterConfig
-	// merged into the generated one on control-plane nodes; for k3s, the content of a
-	// config.yaml.d file.
+	// merged into the generated one on control-plane nodes, checked against the fields of
+	// the k0s release the provider mirrors (k0s refuses unknown fields); the endpoint, the
+	// API port and the Cluster's network are generated from the Cluster. For k3s, the
+	// content of a config.yaml.d file, whose keys follow the rules of args.
 	// +optional
 	// +kubebuilder:validation:MaxLength=1048576
 	Config string `json:"config,omitempty"`

@@ -30,35 +30,10 @@ var (
 // redacted stands in for secret values in error messages.
 const redacted = "<redacted>"
 
-// managedArgs are flags the provider sets itself; a user value would contradict the
-// generated configuration, so admission rejects them with the field to use instead.
-var managedArgs = map[Distribution]map[string]string{
-	DistributionK0s: {
-		"--single":        "k0s --single refuses every join: remove it; a one-node control plane comes from singleNode on a KairosConfig, or replicas: 1 on a KairosControlPlane",
-		"--token-file":    "the provider writes the join token itself: remove it (to supply a worker token, use workerTokenSecretRef)",
-		"--config":        "the provider writes /etc/k0s/k0s.yaml: put ClusterConfig settings in the k0s config field",
-		"--enable-worker": "the provider always runs controllers with a kubelet: remove it",
-		"--no-taints":     "the provider removes the control-plane taint in single-node mode: remove it",
-	},
-	DistributionK3s: {
-		"--cluster-init": "the provider initializes etcd on the first server: remove it",
-		"--server":       "the provider points joining nodes at the control-plane endpoint: remove it",
-		"--token":        "the provider supplies the cluster token: remove it (to supply a worker token, use workerTokenSecretRef)",
-		"--token-file":   "the provider supplies the cluster token: remove it (to supply a worker token, use workerTokenSecretRef)",
-	},
-}
-
-// cloudConfigKeysForbidden are Kairos keys that hand node roles and tokens to mechanisms
-// other than Cluster API, or that the provider generates itself.
-var cloudConfigKeysForbidden = map[string]string{
-	"p2p":        "p2p negotiates node roles itself, which conflicts with Cluster API owning them",
-	"kubevip":    "kubevip manages the control-plane endpoint, which the infrastructure provider owns",
-	"cluster":    "the cluster key hands roles and tokens to another mechanism",
-	"k0s":        "the provider generates the k0s block: use spec.k0s",
-	"k0s-worker": "the provider generates the k0s-worker block: use spec.k0s",
-	"k3s":        "the provider generates the k3s block: use spec.k3s",
-	"k3s-agent":  "the provider generates the k3s-agent block: use spec.k3s",
-}
+// What a node does with the content (cloud-config fragments, manifests, distribution
+// arguments and configuration, from inline fields or Secrets) is checked by the renderer in
+// the common module, the only copy of those rules: admission runs it through the bootstrap
+// provider's dry render, and the controller again with the Secrets' content.
 
 // Validate checks a defaulted KairosConfigSpec. Every error names the field and says how to
 // fix it. path is the spec's field path (spec, or spec.template.spec for templates).
@@ -186,11 +161,6 @@ func (s *KairosConfigSpec) validateManifests(fld *field.Path) field.ErrorList {
 		}
 		seen[m.Name] = true
 		errs = append(errs, validateContent(p, m.Content, m.ContentFrom)...)
-		if m.Content != "" {
-			if err := checkYAMLDocuments(m.Content); err != nil {
-				errs = append(errs, field.Invalid(p.Child("content"), m.Name, "is not valid YAML: "+err.Error()))
-			}
-		}
 	}
 	return errs
 }
@@ -246,9 +216,16 @@ func (s *KairosConfigSpec) validateInstall(fld *field.Path) field.ErrorList {
 		return nil
 	}
 	var errs field.ErrorList
-	if s.Install.Reboot && s.Install.Poweroff {
+	// An unset reboot defaults to true unless poweroff is set (see Default).
+	reboot := s.Install.Reboot != nil && *s.Install.Reboot
+	noReboot := s.Install.Reboot != nil && !*s.Install.Reboot
+	switch {
+	case reboot && s.Install.Poweroff:
 		errs = append(errs, field.Forbidden(fld.Child("poweroff"),
 			"reboot and poweroff are mutually exclusive: keep reboot to boot into the installed system"))
+	case noReboot && !s.Install.Poweroff && (s.Install.Auto == nil || *s.Install.Auto):
+		errs = append(errs, field.Invalid(fld.Child("reboot"), false,
+			"the machine would stay in the live installer, where the node never bootstraps: remove reboot: false (it defaults to true), or set poweroff if the infrastructure boots the machine again"))
 	}
 	if d := s.Install.Device; d != "" && d != "auto" && (!strings.HasPrefix(d, "/dev/") || path.Clean(d) != d) {
 		errs = append(errs, field.Invalid(fld.Child("device"), d,
@@ -276,16 +253,6 @@ func (s *KairosConfigSpec) validateDistributionOptions(fld *field.Path) field.Er
 			continue
 		}
 		p := fld.Child(o.name)
-		for i, arg := range o.opts.Args {
-			flag, value, hasValue := strings.Cut(strings.TrimSpace(arg), "=")
-			if why, ok := managedArgs[o.dist][flag]; ok {
-				shown := flag
-				if hasValue && value != "" {
-					shown = flag + "=" + redacted // values of managed flags may be tokens
-				}
-				errs = append(errs, field.Invalid(p.Child("args").Index(i), shown, why))
-			}
-		}
 		for name := range o.opts.Env {
 			if !envNamePattern.MatchString(name) {
 				errs = append(errs, field.Invalid(p.Child("env").Key(name), name,
@@ -297,9 +264,6 @@ func (s *KairosConfigSpec) validateDistributionOptions(fld *field.Path) field.Er
 			if o.dist == DistributionK0s && s.Role != RoleControlPlane {
 				errs = append(errs, field.Forbidden(cp,
 					"the k0s ClusterConfig is read by controllers only: remove it from worker configs"))
-			}
-			if err := checkYAMLMap(o.opts.Config); err != nil {
-				errs = append(errs, field.Invalid(cp, truncate(o.opts.Config), "must be a YAML mapping: "+err.Error()))
 			}
 		}
 	}
@@ -321,18 +285,27 @@ func (s *KairosConfigSpec) validateFragments(fld *field.Path) field.ErrorList {
 			errs = append(errs, field.NotSupported(p.Child("position"), f.Position, []FragmentPosition{FragmentAppend, FragmentPrepend}))
 		}
 		errs = append(errs, validateContent(p, f.Content, f.ContentFrom)...)
-		if f.Content == "" {
-			continue
-		}
+	}
+	return errs
+}
+
+// ValidateTemplate adds the rules of specs that many Machines share (KairosConfigTemplates,
+// and the KairosConfig spec a control plane stamps onto each of its Machines): a literal
+// hostname would give every one of them the same name.
+func (s *KairosConfigSpec) ValidateTemplate(fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s.Hostname != "" {
+		errs = append(errs, field.Forbidden(fld.Child("hostname"), fmt.Sprintf(
+			"every Machine created from this template would be named %q: use hostnamePrefix, which appends a per-machine suffix", s.Hostname)))
+	}
+	for i, f := range s.CloudConfigFragments {
 		m := map[string]any{}
-		if err := yaml.Unmarshal([]byte(f.Content), &m); err != nil {
-			errs = append(errs, field.Invalid(p.Child("content"), f.Name, "must be a cloud-config YAML mapping: "+err.Error()))
-			continue
+		if f.Content == "" || yaml.Unmarshal([]byte(f.Content), &m) != nil {
+			continue // the dry render reports fragments it cannot read
 		}
-		for key, why := range cloudConfigKeysForbidden {
-			if _, ok := m[key]; ok {
-				errs = append(errs, field.Forbidden(p.Child("content"), fmt.Sprintf("fragment %q sets %q: %s", f.Name, key, why)))
-			}
+		if h, ok := m["hostname"].(string); ok && !strings.Contains(h, "{{") {
+			errs = append(errs, field.Forbidden(fld.Child("cloudConfigFragments").Index(i).Child("content"), fmt.Sprintf(
+				"fragment %q sets the literal hostname %q, which every Machine created from this template would share: use hostnamePrefix, or a yip template such as node-{{ trunc 8 .MachineID }}", f.Name, h)))
 		}
 	}
 	return errs
@@ -391,21 +364,6 @@ func checkAuthorizedKey(key string) string {
 func looksLikeK0sJoinToken(token string) bool {
 	raw, err := base64.StdEncoding.DecodeString(strings.TrimSpace(token))
 	return err == nil && len(raw) > 2 && raw[0] == 0x1f && raw[1] == 0x8b
-}
-
-func checkYAMLMap(doc string) error {
-	m := map[string]any{}
-	return yaml.Unmarshal([]byte(doc), &m)
-}
-
-func checkYAMLDocuments(doc string) error {
-	for _, part := range strings.Split(doc, "\n---") {
-		var v any
-		if err := yaml.Unmarshal([]byte(part), &v); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 func truncate(s string) string {

@@ -88,7 +88,11 @@ var clusterPKI = sync.OnceValues(func() (string, error) {
 	if err != nil {
 		return "", err
 	}
-	docs = append(docs, fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: demo-k3s-token\nstringData:\n  value: %q\n", tok))
+	agent, err := token.NewK3sAgentToken(caCert)
+	if err != nil {
+		return "", err
+	}
+	docs = append(docs, fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: demo-k3s-token\nstringData:\n  value: %q\n  agent-token: %q\n", tok, agent))
 	return strings.Join(docs, "---\n"), nil
 })
 

@@ -8,8 +8,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apis/apiextensions"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apiextensions-apiserver/pkg/apiserver/validation"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
@@ -18,12 +23,14 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	sigsyaml "sigs.k8s.io/yaml"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/bootstrap/clustersecret"
+	crdfiles "github.com/kairos-capi/kairos-capi/bootstrap/config/crd"
 	"github.com/kairos-capi/kairos-capi/bootstrap/internal/reconcilers/kairosconfig"
 	"github.com/kairos-capi/kairos-capi/bootstrap/internal/webhooks"
 )
@@ -57,6 +64,11 @@ func Render(ctx context.Context, in *bufio.Reader, opts Options) (*Result, error
 	config, cluster, secrets, err := decode(scheme, in)
 	if err != nil {
 		return nil, err
+	}
+	// The API server applies the CRD's schema (lengths, list sizes, enumerations) before the
+	// webhook sees the object; the preview must refuse what the API server refuses.
+	if err := validateAgainstCRD(config); err != nil {
+		return &Result{}, err
 	}
 
 	// Admission, exactly as the API server would run it.
@@ -160,6 +172,43 @@ func Render(ctx context.Context, in *bufio.Reader, opts Options) (*Result, error
 	}
 	res.Data = secret.Data["value"]
 	return res, nil
+}
+
+var crdValidator = sync.OnceValues(func() (validation.SchemaValidator, error) {
+	crd := &apiextensionsv1.CustomResourceDefinition{}
+	if err := sigsyaml.UnmarshalStrict(crdfiles.KairosConfig, crd); err != nil {
+		return nil, fmt.Errorf("reading the embedded KairosConfig CRD: %w", err)
+	}
+	for _, v := range crd.Spec.Versions {
+		if v.Name != bootstrapv1.GroupVersion.Version || v.Schema == nil {
+			continue
+		}
+		internal := &apiextensions.JSONSchemaProps{}
+		if err := apiextensionsv1.Convert_v1_JSONSchemaProps_To_apiextensions_JSONSchemaProps(v.Schema.OpenAPIV3Schema, internal, nil); err != nil {
+			return nil, fmt.Errorf("converting the KairosConfig schema: %w", err)
+		}
+		validator, _, err := validation.NewSchemaValidator(internal)
+		return validator, err
+	}
+	return nil, fmt.Errorf("the embedded KairosConfig CRD has no %s schema", bootstrapv1.GroupVersion.Version)
+})
+
+// validateAgainstCRD checks the KairosConfig against the CRD's OpenAPI schema, as the API
+// server does on create.
+func validateAgainstCRD(config *bootstrapv1.KairosConfig) error {
+	validator, err := crdValidator()
+	if err != nil {
+		return err
+	}
+	u, err := runtime.DefaultUnstructuredConverter.ToUnstructured(config)
+	if err != nil {
+		return err
+	}
+	u["apiVersion"], u["kind"] = bootstrapv1.GroupVersion.String(), "KairosConfig"
+	if errs := validation.ValidateCustomResource(nil, u, validator); len(errs) > 0 {
+		return apierrors.NewInvalid(bootstrapv1.GroupVersion.WithKind("KairosConfig").GroupKind(), config.Name, errs)
+	}
+	return nil
 }
 
 // decode reads the objects of the stream: exactly one KairosConfig, at most one Cluster, and

@@ -23,8 +23,9 @@ import (
 // material is cluster PKI and a k3s token generated once, handed to previews as Secrets so
 // that most tests do not pay for key generation and their output is reproducible.
 type material struct {
-	certs    map[string]*pki.KeyPair // by Secret name suffix: ca, etcd, proxy, sa
-	k3sToken string
+	certs         map[string]*pki.KeyPair // by Secret name suffix: ca, etcd, proxy, sa
+	k3sToken      string
+	k3sAgentToken string
 }
 
 var materialOnce = sync.OnceValues(func() (*material, error) {
@@ -41,7 +42,10 @@ var materialOnce = sync.OnceValues(func() (*material, error) {
 		return nil, err
 	}
 	m.certs["sa"] = sa
-	m.k3sToken, err = token.NewK3sToken(m.certs["ca"].Cert)
+	if m.k3sToken, err = token.NewK3sToken(m.certs["ca"].Cert); err != nil {
+		return nil, err
+	}
+	m.k3sAgentToken, err = token.NewK3sAgentToken(m.certs["ca"].Cert)
 	return m, err
 })
 
@@ -67,7 +71,7 @@ func clusterSecrets(t *testing.T, cluster string, withToken bool) string {
 			cluster, suffix, b64(kp.Cert), b64(kp.Key)))
 	}
 	if withToken {
-		docs = append(docs, fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s-k3s-token\nstringData:\n  value: %q\n", cluster, m.k3sToken))
+		docs = append(docs, fmt.Sprintf("apiVersion: v1\nkind: Secret\nmetadata:\n  name: %s-k3s-token\nstringData:\n  value: %q\n  agent-token: %q\n", cluster, m.k3sToken, m.k3sAgentToken))
 	}
 	return strings.Join(docs, "---\n")
 }
@@ -236,9 +240,10 @@ func TestK3sWorkerWithClusterAndSecret(t *testing.T) {
 		"passwd: password-from-secret",
 		"motd-from-secret",
 		"--server=https://api.demo.example.com:6443",
-		m.k3sToken, // the cluster's token from the input
+		m.k3sAgentToken, // the cluster's agent token from the input
 	)
-	assertNotContains(t, data, "192.0.2.10", "-----BEGIN", "not-the-default")
+	// Never the server token: it would let whoever reads this data join a server.
+	assertNotContains(t, data, "192.0.2.10", "-----BEGIN", "not-the-default", m.k3sToken, "::server:")
 }
 
 func TestControlPlaneOfInitializedClusterJoins(t *testing.T) {
@@ -261,7 +266,12 @@ func TestControlPlaneOfInitializedClusterJoins(t *testing.T) {
 			), preview.Options{})
 			assertContains(t, data, tc.want...)
 			assertNotContains(t, data, tc.not...)
-			// A control plane always gets the cluster's CA, joining or not.
+			// A control plane gets the cluster's CA, except a joining k0s controller, which
+			// receives it from the k0s join API (see render's k0sController).
+			if tc.dist == "k0s" && tc.initialized {
+				assertNotContains(t, data, caPath[tc.dist])
+				return
+			}
 			if got := fileContent(t, data, caPath[tc.dist]); got != string(testMaterial(t).certs["ca"].Cert) {
 				t.Errorf("%s is not the input's CA:\n%s", caPath[tc.dist], got)
 			}

@@ -30,15 +30,20 @@ func RefOf(r *bootstrapv1.SecretKeyReference) Ref {
 
 // Inputs is everything rendering needs besides the spec.
 type Inputs struct {
-	ClusterName       string
-	Endpoint          render.Endpoint
+	ClusterName string
+	Endpoint    render.Endpoint
+	// Network is the Cluster's spec.clusterNetwork.
+	Network           render.Network
 	KubernetesVersion string
 	// Init is true for the control-plane node that creates the cluster.
 	Init bool
 	// PKI is required by control-plane nodes.
 	PKI *render.PKI
-	// JoinToken is the k0s join token or k3s cluster token the node uses.
+	// JoinToken is the k0s join token, or the k3s server token (servers) or agent token
+	// (agents), the node uses.
 	JoinToken string
+	// AgentToken is the k3s agent token servers accept from agents (k3s servers only).
+	AgentToken string
 	// Secrets holds the content of every Ref that References returns.
 	Secrets map[Ref]string
 }
@@ -84,13 +89,18 @@ func WorkerTokenOverride(spec *bootstrapv1.KairosConfigSpec, secrets map[Ref]str
 	return "", false
 }
 
-// Render returns the bootstrap data of a defaulted spec.
+// Render returns the bootstrap data of a defaulted spec. Problems the renderer finds are
+// returned as a *RenderError that names the spec (or Cluster) field of each.
 func Render(spec *bootstrapv1.KairosConfigSpec, in Inputs) ([]byte, error) {
 	node, fragments, err := Node(spec, in)
 	if err != nil {
 		return nil, err
 	}
-	return render.Document(node, fragments...)
+	data, err := render.Document(node, fragments...)
+	if err != nil {
+		return nil, locate(spec, in, err)
+	}
+	return data, nil
 }
 
 // Node maps a defaulted spec and its inputs onto the renderer's model.
@@ -128,6 +138,8 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 		KubernetesVersion: in.KubernetesVersion,
 		ClusterName:       in.ClusterName,
 		Endpoint:          in.Endpoint,
+		Network:           in.Network,
+		AgentToken:        in.AgentToken,
 		Hostname:          spec.Hostname,
 		HostnamePrefix:    spec.HostnamePrefix,
 		Users:             []render.User{user},
@@ -138,9 +150,10 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 	}
 	if spec.Install != nil {
 		node.Install = &render.Install{
-			Auto:     spec.Install.Auto == nil || *spec.Install.Auto,
-			Device:   spec.Install.Device,
-			Reboot:   spec.Install.Reboot,
+			Auto:   spec.Install.Auto == nil || *spec.Install.Auto,
+			Device: spec.Install.Device,
+			// Rebooting is the default (see the API's Install.Reboot).
+			Reboot:   spec.Install.Reboot == nil && !spec.Install.Poweroff || spec.Install.Reboot != nil && *spec.Install.Reboot,
 			Poweroff: spec.Install.Poweroff,
 		}
 	}

@@ -30,9 +30,9 @@ func TestSSHKeyWithTrailingNewline(t *testing.T) {
 	}
 }
 
-// TestK3sWorkerTokenWithTrailingNewline: admission accepts a k3s token with a trailing
-// newline (a Secret created from /var/lib/rancher/k3s/server/token has one), so rendering must
-// accept it too.
+// TestK3sWorkerTokenWithTrailingNewline: admission accepts a k3s agent token with a trailing
+// newline (a Secret created from a server's /var/lib/rancher/k3s/server/agent-token has one),
+// so rendering must accept it too.
 func TestK3sWorkerTokenWithTrailingNewline(t *testing.T) {
 	f := testFixture(t)
 	for _, viaSecret := range []bool{false, true} {
@@ -69,7 +69,7 @@ func TestManifestFileName(t *testing.T) {
 	for _, name := range []string{"cni.yaml", "cni.yml"} {
 		t.Run(name, func(t *testing.T) {
 			s := baseSpec("cp-k0s")
-			s.Manifests = []bootstrapv1.Manifest{{Name: name, Content: "kind: ConfigMap\n"}}
+			s.Manifests = []bootstrapv1.Manifest{{Name: name, Content: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cni\n"}}
 			out, err := renderSpec(t, s)
 			if err != nil {
 				t.Fatal(err)
@@ -86,7 +86,7 @@ func TestManifestFileName(t *testing.T) {
 func TestValidManifestNamesRender(t *testing.T) {
 	for _, name := range []string{"CNI.yaml", "cni.yaml", "my-app.yml", "a.b_c.yaml", "Upper.yml"} {
 		s := baseSpec("cp-k0s")
-		s.Manifests = []bootstrapv1.Manifest{{Name: name, Content: "kind: ConfigMap\n"}}
+		s.Manifests = []bootstrapv1.Manifest{{Name: name, Content: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cni\n"}}
 		d := s.DeepCopy()
 		d.Default()
 		accepted := d.Validate(nil).ToAggregate() == nil

@@ -22,8 +22,9 @@ import (
 // fixture is the fixed cluster material every render of this package uses.
 type fixture struct {
 	pki            *render.PKI
-	k3sToken       string // the cluster token
-	k3sOverride    string // a second, distinct k3s token (user override)
+	k3sToken       string // the cluster's server token
+	k3sAgentToken  string // the cluster's agent token
+	k3sOverride    string // a second, distinct agent token (user override)
 	k3sFromSecret  string // a third, read from a Secret
 	k0sWorkerToken string
 }
@@ -50,10 +51,13 @@ var fixtureOnce = sync.OnceValues(func() (*fixture, error) {
 	if f.k3sToken, err = token.FormatK3sToken(hash, "server", "clustertokenpassword"); err != nil {
 		return nil, err
 	}
-	if f.k3sOverride, err = token.FormatK3sToken(hash, "server", "overridepassword"); err != nil {
+	if f.k3sAgentToken, err = token.FormatK3sToken(hash, token.K3sAgentUser, "agenttokenpassword"); err != nil {
 		return nil, err
 	}
-	if f.k3sFromSecret, err = token.FormatK3sToken(hash, "server", "secretpassword"); err != nil {
+	if f.k3sOverride, err = token.FormatK3sToken(hash, token.K3sAgentUser, "overridepassword"); err != nil {
+		return nil, err
+	}
+	if f.k3sFromSecret, err = token.FormatK3sToken(hash, token.K3sAgentUser, "secretpassword"); err != nil {
 		return nil, err
 	}
 	f.k0sWorkerToken, err = token.NewK0sJoinToken(token.K0sWorkerToken, "https://192.0.2.10:6443", p.ClusterCA.Cert,
@@ -78,12 +82,12 @@ func secretsFor(f *fixture) map[userdata.Ref]string {
 		{Name: "pw", Key: "value"}:         "password-from-secret",
 		{Name: "tok", Key: "value"}:        f.k3sFromSecret,
 		{Name: "files", Key: "motd"}:       "motd-from-secret",
-		{Name: "manifests", Key: "cni"}:    "kind: ConfigMap\nmetadata:\n  name: manifest-from-secret\n",
+		{Name: "manifests", Key: "cni"}:    "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: manifest-from-secret\n",
 		{Name: "fragments", Key: "extra"}:  "#cloud-config\nstages:\n  boot:\n    - name: fragment-from-secret\n      commands: [\"true\"]\n",
 		{Name: "fragments", Key: "value"}:  "#cloud-config\nstages:\n  boot:\n    - name: fragment-default-key\n      commands: [\"true\"]\n",
 		{Name: "other-pw", Key: "custom"}:  "other-password",
 		{Name: "files", Key: "value"}:      "file-default-key",
-		{Name: "manifests", Key: "value"}:  "kind: ConfigMap\nmetadata:\n  name: manifest-default-key\n",
+		{Name: "manifests", Key: "value"}:  "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: manifest-default-key\n",
 		{Name: "tok", Key: "other-token"}:  f.k3sOverride,
 		{Name: "unused", Key: "value"}:     "unused",
 		{Name: "fragments", Key: "prefix"}: "#cloud-config\n",
@@ -106,7 +110,7 @@ func inputsFor(f *fixture, spec *bootstrapv1.KairosConfigSpec) userdata.Inputs {
 	if spec.Role == bootstrapv1.RoleControlPlane {
 		in.PKI, in.Init = f.pki, true
 		if spec.Distribution == bootstrapv1.DistributionK3s {
-			in.JoinToken = f.k3sToken
+			in.JoinToken, in.AgentToken = f.k3sToken, f.k3sAgentToken
 		}
 		return in
 	}
@@ -115,7 +119,7 @@ func inputsFor(f *fixture, spec *bootstrapv1.KairosConfigSpec) userdata.Inputs {
 		return in
 	}
 	if spec.Distribution == bootstrapv1.DistributionK3s {
-		in.JoinToken = f.k3sToken
+		in.JoinToken = f.k3sAgentToken
 	} else {
 		in.JoinToken = f.k0sWorkerToken
 	}
@@ -138,6 +142,8 @@ func baseSpec(kind string) bootstrapv1.KairosConfigSpec {
 	}
 	return s
 }
+
+func ptr[T any](v T) *T { return &v }
 
 func renderSpec(t *testing.T, s bootstrapv1.KairosConfigSpec) ([]byte, error) {
 	t.Helper()
@@ -169,7 +175,7 @@ func fieldCases(f *fixture) map[string]fieldCase {
 		s.Files = []bootstrapv1.File{{Path: "/etc/base.conf", Content: "base-content"}}
 	}
 	withManifest := func(s *bootstrapv1.KairosConfigSpec) {
-		s.Manifests = []bootstrapv1.Manifest{{Name: "base.yaml", Content: "kind: ConfigMap\nmetadata:\n  name: base\n"}}
+		s.Manifests = []bootstrapv1.Manifest{{Name: "base.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: base\n"}}
 	}
 	withK0s := func(s *bootstrapv1.KairosConfigSpec) { s.K0s = &bootstrapv1.DistributionOptions{} }
 	withK3s := func(s *bootstrapv1.KairosConfigSpec) { s.K3s = &bootstrapv1.DistributionOptions{} }
@@ -205,7 +211,7 @@ func fieldCases(f *fixture) map[string]fieldCase {
 			s.WorkerTokenSecretRef = &bootstrapv1.SecretKeyReference{Name: "tok"}
 		}, want: []string{f.k3sFromSecret}},
 		"Manifests": {base: "cp-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) {
-			s.Manifests = []bootstrapv1.Manifest{{Name: "cni.yaml", Content: "kind: ConfigMap\nmetadata:\n  name: distinct-cm\n"}}
+			s.Manifests = []bootstrapv1.Manifest{{Name: "cni.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: distinct-cm\n"}}
 		}, want: []string{"distinct-cm", render.K0sManifestDir + "/cni"}},
 		"Files": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) {
 			s.Files = []bootstrapv1.File{{Path: "/etc/distinct.conf", Content: "distinct-content"}}
@@ -224,9 +230,10 @@ func fieldCases(f *fixture) map[string]fieldCase {
 			want: []string{"auto: false"}},
 		"Install.Device": {base: "wk-k0s", setup: withInstall, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Install.Device = "/dev/disk/by-id/distinct" },
 			want: []string{"device: /dev/disk/by-id/distinct"}},
-		"Install.Reboot": {base: "wk-k0s", setup: withInstall, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Install.Reboot = true },
-			want: []string{"reboot: true"}},
-		"Install.Poweroff": {base: "wk-k0s", setup: withInstall, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Install.Poweroff = true },
+		"Install.Reboot": {base: "wk-k0s", setup: func(s *bootstrapv1.KairosConfigSpec) { s.Install = &bootstrapv1.Install{Poweroff: true} },
+			mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Install.Poweroff, s.Install.Reboot = false, ptr(true) },
+			want:   []string{"reboot: true"}},
+		"Install.Poweroff": {base: "wk-k0s", setup: withInstall, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Install.Poweroff, s.Install.Reboot = true, ptr(false) },
 			want: []string{"poweroff: true"}},
 		"K0s": {base: "cp-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) {
 			s.K0s = &bootstrapv1.DistributionOptions{Args: []string{"--debug"}}
@@ -236,8 +243,8 @@ func fieldCases(f *fixture) map[string]fieldCase {
 		"K0s.Env": {base: "wk-k0s", setup: withK0s, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.K0s.Env = map[string]string{"DISTINCT_ENV": "on"} },
 			want: []string{"DISTINCT_ENV: \"on\""}},
 		"K0s.Config": {base: "cp-k0s", setup: withK0s, mutate: func(s *bootstrapv1.KairosConfigSpec) {
-			s.K0s.Config = "spec:\n  network:\n    provider: distinct-cni\n"
-		}, want: []string{"distinct-cni"}},
+			s.K0s.Config = "spec:\n  network:\n    kuberouter:\n      peerRouterASNs: distinct-asn\n"
+		}, want: []string{"distinct-asn"}},
 		"K3s": {base: "wk-k3s", mutate: func(s *bootstrapv1.KairosConfigSpec) {
 			s.K3s = &bootstrapv1.DistributionOptions{Args: []string{"--debug"}}
 		}, want: []string{"--debug"}},
@@ -270,7 +277,7 @@ func fieldCases(f *fixture) map[string]fieldCase {
 		"Manifests.Name": {base: "cp-k0s", setup: withManifest, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Manifests[0].Name = "distinct.yaml" },
 			want: []string{render.K0sManifestDir + "/distinct"}},
 		"Manifests.Content": {base: "cp-k3s", setup: withManifest, mutate: func(s *bootstrapv1.KairosConfigSpec) {
-			s.Manifests[0].Content = "kind: ConfigMap\nmetadata:\n  name: distinct-manifest\n"
+			s.Manifests[0].Content = "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: distinct-manifest\n"
 		}, want: []string{"distinct-manifest"}},
 		"Manifests.ContentFrom": {base: "cp-k0s", setup: withManifest, mutate: func(s *bootstrapv1.KairosConfigSpec) {
 			s.Manifests[0].Content = ""
@@ -663,7 +670,7 @@ func TestNodeMapsInstallAndOptions(t *testing.T) {
 	if len(fragments) != 0 {
 		t.Errorf("fragments = %v, want none", fragments)
 	}
-	if node.JoinToken != f.k3sToken || node.ClusterName != "demo" || node.Endpoint.Host != "192.0.2.10" {
+	if node.JoinToken != f.k3sAgentToken || node.ClusterName != "demo" || node.Endpoint.Host != "192.0.2.10" {
 		t.Errorf("inputs not mapped: %+v", node)
 	}
 	if len(node.Users) != 1 || node.Users[0].Name != "kairos" || node.Users[0].Password != "base-password" {

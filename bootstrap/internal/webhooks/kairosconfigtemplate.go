@@ -73,6 +73,9 @@ func (w *KairosConfigTemplate) ValidateDelete(context.Context, *bootstrapv1.Kair
 }
 
 func validateTemplate(t *bootstrapv1.KairosConfigTemplate, errs field.ErrorList) (admission.Warnings, error) {
+	fld := field.NewPath("spec", "template", "spec")
 	errs = append(errs, t.Spec.Template.ObjectMeta.Validate(field.NewPath("spec", "template", "metadata"))...)
-	return validateSpec(&t.Spec.Template.Spec, field.NewPath("spec", "template", "spec"), "KairosConfigTemplate", t.Name, errs)
+	// Many Machines share a template's spec: no literal hostname.
+	errs = append(errs, t.Spec.Template.Spec.ValidateTemplate(fld)...)
+	return validateSpec(&t.Spec.Template.Spec, fld, "KairosConfigTemplate", t.Name, errs)
 }

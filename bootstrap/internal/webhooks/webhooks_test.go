@@ -317,84 +317,118 @@ func TestDryRender(t *testing.T) {
 	cpK0s, cpK3s := controlPlane(bootstrapv1.DistributionK0s), controlPlane(bootstrapv1.DistributionK3s)
 	wkK0s, wkK3s := worker(bootstrapv1.DistributionK0s), worker(bootstrapv1.DistributionK3s)
 
+	const at = "spec.template.spec."
 	tests := []struct {
-		name string
-		spec bootstrapv1.KairosConfigSpec
-		want []string // nil: renders
+		name  string
+		spec  bootstrapv1.KairosConfigSpec
+		field string   // where the error must be reported
+		want  []string // nil: renders
 	}{
-		{"k0s control plane", cpK0s, nil},
-		{"k3s control plane", cpK3s, nil},
-		{"k0s worker", wkK0s, nil},
-		{"k3s worker", wkK3s, nil},
-		{"no version: a placeholder version is used", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) { s.KubernetesVersion = "" }), nil},
+		{"k0s control plane", cpK0s, "", nil},
+		{"k3s control plane", cpK3s, "", nil},
+		{"k0s worker", wkK0s, "", nil},
+		{"k3s worker", wkK3s, "", nil},
+		{"no version: a placeholder version is used", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) { s.KubernetesVersion = "" }), "", nil},
 
-		// Fragments against generated keys.
+		// Fragments against generated keys, and as a node reads them.
 		{"fragment sets the generated hostname", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.Hostname = "node-1"
 			s.CloudConfigFragments = fragment("hostname: other\n")
-		}), []string{`key "hostname" is set by both "generated" and fragment "user-frag"`}},
+		}), at + "cloudConfigFragments[0].content", []string{`key "hostname" is set by both "generated" and fragment "user-frag"`}},
 		{"fragment sets the generated install device", with(wkK3s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.Install = &bootstrapv1.Install{Device: "/dev/sda"}
 			s.CloudConfigFragments = fragment("install:\n  device: /dev/sdb\n")
-		}), []string{`"install.device"`, `fragment "user-frag"`}},
+		}), at + "cloudConfigFragments[0].content", []string{`"install.device"`, `fragment "user-frag"`}},
 		{"fragment changes the type of a generated key", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.CloudConfigFragments = fragment("users: not-a-list\n")
-		}), []string{`"users"`, `fragment "user-frag"`}},
+		}), at + "cloudConfigFragments[0].content", []string{`users: must be a YAML list`, `fragment "user-frag"`}},
 		{"fragment writes a generated file", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.CloudConfigFragments = fragment("stages:\n  boot:\n    - files:\n        - path: " + render.K0sConfigPath + "\n          content: x\n")
-		}), []string{`file "` + render.K0sConfigPath + `" is written by both "generated" and fragment "user-frag"`}},
+		}), at + "cloudConfigFragments[0].content", []string{`file "` + render.K0sConfigPath + `" is written by both "generated" and fragment "user-frag"`}},
+		{"fragment with quoted stage file permissions", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.CloudConfigFragments = fragment("stages:\n  boot:\n    - files:\n        - path: /etc/x\n          permissions: \"0644\"\n")
+		}), at + "cloudConfigFragments[0].content", []string{"stages.boot[0].files[0].permissions: must be an unquoted YAML integer"}},
+		{"fragment redefining the login user", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.CloudConfigFragments = fragment("users:\n  - name: kairos\n    passwd: other\n")
+		}), at + "cloudConfigFragments[0].content", []string{`users[0]: user "kairos" is already defined by the generated document`}},
+		{"fragment setting p2p", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) { s.CloudConfigFragments = fragment("p2p:\n  auto: true\n") }),
+			at + "cloudConfigFragments[0].content", []string{"p2p: may not be set by a fragment"}},
 		{"fragment adding to generated lists", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.CloudConfigFragments = fragment("users:\n  - name: extra\nstages:\n  boot:\n    - name: mine\n      commands: [\"true\"]\n")
-		}), nil},
+		}), "", nil},
 		{"fragment from a Secret is checked when rendering, not at admission", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.Hostname = "node-1"
 			s.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "f", ContentFrom: &bootstrapv1.SecretKeyReference{Name: "frag"}}}
-		}), nil},
+		}), "", nil},
 
 		// User files against generated paths.
 		{"file at the k0s config", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) { s.Files = fileAt(render.K0sConfigPath) }),
-			[]string{`Files[0].Path: "` + render.K0sConfigPath + `" is written by the renderer`}},
+			at + "files[0].path", []string{`"` + render.K0sConfigPath + `" is written by the renderer`}},
 		{"file at the k0s CA key", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) { s.Files = fileAt(render.K0sPKIDir + "/ca.key") }),
-			[]string{render.K0sPKIDir + "/ca.key", "is written by the renderer"}},
+			at + "files[0].path", []string{render.K0sPKIDir + "/ca.key", "is written by the renderer"}},
 		{"file at the k0s worker token", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) { s.Files = fileAt(render.K0sTokenPath) }),
-			[]string{render.K0sTokenPath, "is written by the renderer"}},
+			at + "files[0].path", []string{render.K0sTokenPath, "is written by the renderer"}},
 		{"file at the k3s token", with(wkK3s, func(s *bootstrapv1.KairosConfigSpec) { s.Files = fileAt(render.K3sTokenPath) }),
-			[]string{render.K3sTokenPath, "is written by the renderer"}},
+			at + "files[0].path", []string{render.K3sTokenPath, "is written by the renderer"}},
 		{"file at the k3s server CA", with(cpK3s, func(s *bootstrapv1.KairosConfigSpec) { s.Files = fileAt(render.K3sTLSDir + "/server-ca.crt") }),
-			[]string{"server-ca.crt", "is written by the renderer"}},
+			at + "files[0].path", []string{"server-ca.crt", "is written by the renderer"}},
 		{"file at the bootstrap script", with(wkK3s, func(s *bootstrapv1.KairosConfigSpec) { s.Files = fileAt(render.BootstrapScript) }),
-			[]string{render.BootstrapScript, "is written by the renderer"}},
+			at + "files[0].path", []string{render.BootstrapScript, "is written by the renderer"}},
 		{"file at the bootstrap unit", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) { s.Files = fileAt(render.BootstrapUnitPath) }),
-			[]string{render.BootstrapUnitPath, "is written by the renderer"}},
+			at + "files[0].path", []string{render.BootstrapUnitPath, "is written by the renderer"}},
 		{"file at the k3s user config", with(wkK3s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.K3s = &bootstrapv1.DistributionOptions{Config: "node-label: [a=b]\n"}
 			s.Files = fileAt(render.K3sUserConfigPath)
-		}), []string{render.K3sUserConfigPath, "is written by the renderer"}},
+		}), at + "files[0].path", []string{render.K3sUserConfigPath, "is written by the renderer"}},
 		{"file at the sentinel", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) { s.Files = fileAt(render.SentinelPath) }),
-			[]string{render.SentinelPath, "bootstrap sentinel"}},
+			at + "files[0].path", []string{render.SentinelPath, "bootstrap sentinel"}},
 		{"file from a Secret at a generated path", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.Files = []bootstrapv1.File{{Path: render.K0sTokenPath, ContentFrom: &bootstrapv1.SecretKeyReference{Name: "f"}}}
-		}), []string{render.K0sTokenPath, "is written by the renderer"}},
-		{"file the other distribution would generate", with(wkK3s, func(s *bootstrapv1.KairosConfigSpec) { s.Files = fileAt(render.K0sTokenPath) }), nil},
-		{"file at a free path", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) { s.Files = fileAt("/etc/myapp/config.yaml") }), nil},
+		}), at + "files[0].path", []string{render.K0sTokenPath, "is written by the renderer"}},
+		{"file the other distribution would generate", with(wkK3s, func(s *bootstrapv1.KairosConfigSpec) { s.Files = fileAt(render.K0sTokenPath) }), "", nil},
+		{"file at a free path", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) { s.Files = fileAt("/etc/myapp/config.yaml") }), "", nil},
 
-		// Distribution options the renderer owns.
+		// Distribution options the renderer owns, in every spelling, and per role.
 		{"k3s config sets the token", with(wkK3s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.K3s = &bootstrapv1.DistributionOptions{Config: "token: abc\n"}
-		}), []string{`key "token" is set by both "generated" and "Config"`}},
+		}), at + "k3s.config", []string{"token: is managed by kairos-capi"}},
+		{"k0s token file with its value in one item", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.K0s = &bootstrapv1.DistributionOptions{Args: []string{"--debug", "--token-file /x"}}
+		}), at + "k0s.args[1]", []string{"--token-file is managed by kairos-capi"}},
+		{"k0s config shorthand", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.K0s = &bootstrapv1.DistributionOptions{Args: []string{"-c", "/x"}}
+		}), at + "k0s.args[0]", []string{"--config is managed by kairos-capi"}},
+		{"k3s server flag on an agent", with(wkK3s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.K3s = &bootstrapv1.DistributionOptions{Args: []string{"--disable=traefik"}}
+		}), at + "k3s.args[0]", []string{"k3s agent refuses to start"}},
 		{"k0s config sets the generated API address", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.K0s = &bootstrapv1.DistributionOptions{Config: "spec:\n  api:\n    externalAddress: 10.0.0.1\n"}
-		}), []string{"spec.api.externalAddress"}},
+		}), at + "k0s.config", []string{"spec.api.externalAddress"}},
+		{"k0s config with an unknown field", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.K0s = &bootstrapv1.DistributionOptions{Config: "spec:\n  network:\n    podCidr: 10.0.0.0/16\n"}
+		}), at + "k0s.config", []string{"spec.network.podCidr: is not a ClusterConfig field"}},
 		{"k0s config of another kind", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.K0s = &bootstrapv1.DistributionOptions{Config: "kind: Cluster\n"}
-		}), []string{"kind Cluster is not ClusterConfig"}},
+		}), at + "k0s.config", []string{"kind Cluster is not ClusterConfig"}},
 		{"env value with a newline", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.K0s = &bootstrapv1.DistributionOptions{Env: map[string]string{"A": "x\ny"}}
-		}), []string{"the value of A must be a single line"}},
+		}), at + "k0s.env", []string{"the value of A must be a single line"}},
+		{"manifest that is no Kubernetes object", with(cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.Manifests = []bootstrapv1.Manifest{{Name: "m.yaml", Content: "foo: bar\n"}}
+		}), at + "manifests[0].content", []string{"documents[0].apiVersion: required"}},
+		{"install that stays in the live system", with(wkK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.Install = &bootstrapv1.Install{Reboot: ptr.To(false)}
+		}), "", nil}, // refused by field validation, see TestValidateCreate
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := defaulted(tc.spec)
+			if tc.name == "install that stays in the live system" {
+				if errs := spec.Validate(field.NewPath("spec")); len(errs) == 0 {
+					t.Fatal("field validation accepts an install without reboot")
+				}
+				return
+			}
 			if errs := spec.Validate(field.NewPath("spec")); len(errs) != 0 {
 				t.Fatalf("the case must pass field validation: %v", errs.ToAggregate())
 			}
@@ -405,25 +439,27 @@ func TestDryRender(t *testing.T) {
 				}
 				return
 			}
-			if len(errs) != 1 {
-				t.Fatalf("dryrun.Render = %v, want one error", errs)
+			if len(errs) == 0 {
+				t.Fatal("dryrun.Render accepts the spec")
 			}
-			e := errs[0]
-			if e.Field != "spec.template.spec" || e.Type != field.ErrorTypeInvalid {
-				t.Errorf("error on %s (%s), want spec.template.spec (Invalid)", e.Field, e.Type)
-			}
-			if !strings.Contains(e.Detail, "the Kairos document cannot be built from this spec") {
-				t.Errorf("detail %q does not say the document cannot be built", e.Detail)
-			}
-			for _, w := range tc.want {
-				if !strings.Contains(e.Detail, w) {
-					t.Errorf("detail %q does not contain %q", e.Detail, w)
+			for _, e := range errs {
+				if e.Field != tc.field || e.Type != field.ErrorTypeInvalid {
+					continue
 				}
+				ok := true
+				for _, w := range tc.want {
+					ok = ok && strings.Contains(e.Detail, w)
+				}
+				if !ok {
+					continue
+				}
+				// The value is not echoed: it may be a Secret's content.
+				if _, omitted := e.BadValue.(field.OmitValueType); !omitted {
+					t.Errorf("error carries a value: %#v", e.BadValue)
+				}
+				return
 			}
-			// The value is not echoed: it would be the whole spec.
-			if _, omitted := e.BadValue.(field.OmitValueType); !omitted {
-				t.Errorf("error carries a value: %#v", e.BadValue)
-			}
+			t.Fatalf("no Invalid error at %s containing %q in %v", tc.field, tc.want, errs)
 		})
 	}
 }
@@ -448,7 +484,7 @@ func TestAdmissionAcceptsAndRejectsThroughTheDryRender(t *testing.T) {
 	spec.Files = []bootstrapv1.File{{Path: render.K0sConfigPath, Content: "x"}}
 	_, err := (&KairosConfig{}).ValidateCreate(context.Background(), kairosConfig(spec))
 	causes := statusCauses(t, err)
-	if len(causes) != 1 || causes[0].Field != "spec" || !strings.Contains(causes[0].Message, "is written by the renderer") {
+	if len(causes) != 1 || causes[0].Field != "spec.files[0].path" || !strings.Contains(causes[0].Message, "is written by the renderer") {
 		t.Fatalf("causes = %+v", causes)
 	}
 }

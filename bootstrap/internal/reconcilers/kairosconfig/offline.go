@@ -23,6 +23,9 @@ func (r *Reconciler) complete() {
 	if r.TokenTTL == 0 {
 		r.TokenTTL = DefaultTokenTTL
 	}
+	if r.Now == nil {
+		r.Now = time.Now
+	}
 	if r.Tokens == nil {
 		r.Tokens = clusterCacheTokens{cache: r.ClusterCache}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -19,6 +20,7 @@ import (
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/bootstrap/clustersecret"
 	"github.com/kairos-capi/kairos-capi/bootstrap/internal/userdata"
+	"github.com/kairos-capi/kairos-capi/common/cloudconfig"
 	"github.com/kairos-capi/kairos-capi/common/render"
 	"github.com/kairos-capi/kairos-capi/common/token"
 )
@@ -82,24 +84,81 @@ func (r *Reconciler) adoptDataSecret(ctx context.Context, s *scope, secret *core
 	return nil
 }
 
-// refreshJoinToken keeps a generated k0s token valid while its node has not joined yet; once
-// it has, the token is left to expire.
+// refreshJoinToken keeps the generated k0s token inside existing data usable while a node may
+// still join with it (see JoinTokenAvailableCondition); once no node needs it, it is left to
+// expire. A token that no longer exists in the workload cluster (it expired while this
+// controller was down and the token cleaner removed it, or someone deleted it) is re-created
+// with the ID and secret the data holds: the data is write-once, and a MachinePool hands the
+// same data to every node it adds, at any time.
 func (r *Reconciler) refreshJoinToken(ctx context.Context, s *scope, secret *corev1.Secret) (ctrl.Result, error) {
 	id := secret.Annotations[TokenIDAnnotation]
 	if id == "" || !s.owner.needsJoinToken() {
 		return ctrl.Result{}, nil
 	}
-	log := ctrl.LoggerFrom(ctx)
-	if err := r.Tokens.Refresh(ctx, s.clusterKey(), id, r.tokenExpiry()); err != nil {
-		if apierrors.IsNotFound(err) {
-			log.Info("Join token no longer exists in the workload cluster; the node cannot join with this data and needs replacing", "tokenID", id)
-			return ctrl.Result{}, nil
-		}
-		log.Info("Could not refresh the join token, retrying", "tokenID", id, "reason", err.Error())
+	log := ctrl.LoggerFrom(ctx).WithValues("tokenID", id)
+	expires := r.tokenExpiry()
+	err := r.Tokens.Refresh(ctx, s.clusterKey(), id, expires)
+	switch {
+	case err == nil:
+		log.V(4).Info("Refreshed join token")
+		s.joinToken = joinTokenCondition(metav1.ConditionTrue, bootstrapv1.JoinTokenValidReason,
+			"bootstrap token %s is valid until %s and refreshed while a node may join with it", id, expires.UTC().Format(time.RFC3339))
+		return ctrl.Result{RequeueAfter: r.tokenRefreshInterval()}, nil
+	case !apierrors.IsNotFound(err):
+		log.Info("Could not refresh the join token, retrying", "reason", err.Error())
+		s.joinToken = joinTokenCondition(metav1.ConditionFalse, bootstrapv1.JoinTokenUnavailableReason,
+			"cannot refresh bootstrap token %s in the workload cluster, retrying: %v", id, err)
 		return ctrl.Result{RequeueAfter: waitRequeue}, nil
 	}
-	log.V(4).Info("Refreshed join token", "tokenID", id)
+
+	t, role, err := joinTokenOf(secret.Data["value"], id)
+	if err != nil {
+		// Only data this provider did not write can get here; nothing can repair it.
+		s.joinToken = joinTokenCondition(metav1.ConditionFalse, bootstrapv1.JoinTokenUnavailableReason,
+			"bootstrap token %s no longer exists and cannot be re-created from the bootstrap data: %v; replace the %s", id, err, s.owner.kind())
+		return ctrl.Result{}, nil
+	}
+	if err := r.Tokens.Create(ctx, s.clusterKey(), t, role, expires); err != nil && !apierrors.IsAlreadyExists(err) {
+		log.Info("Could not re-create the join token, retrying", "reason", err.Error())
+		s.joinToken = joinTokenCondition(metav1.ConditionFalse, bootstrapv1.JoinTokenUnavailableReason,
+			"bootstrap token %s no longer exists in the workload cluster and re-creating it failed, retrying: %v", id, err)
+		return ctrl.Result{RequeueAfter: waitRequeue}, nil
+	}
+	log.Info("Re-created the join token of existing bootstrap data", "role", role)
+	s.joinToken = joinTokenCondition(metav1.ConditionTrue, bootstrapv1.JoinTokenRecreatedReason,
+		"bootstrap token %s no longer existed in the workload cluster (expired or deleted) and was re-created from the bootstrap data at %s; valid until %s",
+		id, r.Now().UTC().Format(time.RFC3339), expires.UTC().Format(time.RFC3339))
 	return ctrl.Result{RequeueAfter: r.tokenRefreshInterval()}, nil
+}
+
+func joinTokenCondition(status metav1.ConditionStatus, reason, format string, args ...any) *metav1.Condition {
+	return &metav1.Condition{Type: bootstrapv1.JoinTokenAvailableCondition, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...)}
+}
+
+// joinTokenOf reads the bootstrap token of the k0s join token a document writes.
+func joinTokenOf(data []byte, id string) (token.BootstrapToken, token.K0sTokenRole, error) {
+	doc, err := cloudconfig.Unmarshal(data)
+	if err != nil {
+		return token.BootstrapToken{}, "", err
+	}
+	for _, steps := range doc.Stages {
+		for _, step := range steps {
+			for _, f := range step.Files {
+				if f.Path != render.K0sTokenPath {
+					continue
+				}
+				info, err := token.ParseK0sJoinToken(f.Content)
+				if err != nil {
+					return token.BootstrapToken{}, "", err
+				}
+				if info.Token.ID != id {
+					return token.BootstrapToken{}, "", fmt.Errorf("the data holds bootstrap token %s, not %s", info.Token.ID, id)
+				}
+				return info.Token, info.Role, nil
+			}
+		}
+	}
+	return token.BootstrapToken{}, "", fmt.Errorf("the data writes no %s", render.K0sTokenPath)
 }
 
 // reconcilePrerequisites waits for what every node needs: provisioned cluster infrastructure
@@ -133,8 +192,21 @@ func (r *Reconciler) reconcilePrerequisites(_ context.Context, s *scope) (ctrl.R
 		return ctrl.Result{}, nil
 	}
 
+	endpoint := render.Endpoint{Host: c.Spec.ControlPlaneEndpoint.Host, Port: c.Spec.ControlPlaneEndpoint.Port}
+	if err := render.CheckEndpoint(endpoint); err != nil {
+		// Checked before anything (a join token) is built from it.
+		s.wait(bootstrapv1.InvalidConfigurationReason, "Cluster %s spec.controlPlaneEndpoint: %v", c.Name, err)
+		return ctrl.Result{}, nil
+	}
+
 	s.inputs.ClusterName = c.Name
-	s.inputs.Endpoint = render.Endpoint{Host: c.Spec.ControlPlaneEndpoint.Host, Port: c.Spec.ControlPlaneEndpoint.Port}
+	s.inputs.Endpoint = endpoint
+	s.inputs.Network = render.Network{
+		APIServerPort: c.Spec.ClusterNetwork.APIServerPort,
+		PodCIDRs:      c.Spec.ClusterNetwork.Pods.CIDRBlocks,
+		ServiceCIDRs:  c.Spec.ClusterNetwork.Services.CIDRBlocks,
+		ServiceDomain: c.Spec.ClusterNetwork.ServiceDomain,
+	}
 	s.inputs.KubernetesVersion = version
 	return ctrl.Result{}, nil
 }
@@ -212,11 +284,10 @@ func (r *Reconciler) reconcileInitCredentials(ctx context.Context, s *scope) (ct
 	}
 	s.inputs.PKI, s.inputs.Init = pki, true
 	if s.config.Spec.Distribution == bootstrapv1.DistributionK3s {
-		t, err := clustersecret.LookupOrGenerateK3sToken(ctx, r.Client, s.clusterKey(), pki.ClusterCA.Cert, owner)
-		if err != nil {
-			return ctrl.Result{}, fmt.Errorf("looking up or generating the k3s token: %w", err)
+		if _, err := clustersecret.LookupOrGenerateK3sToken(ctx, r.Client, s.clusterKey(), pki.ClusterCA.Cert, owner); err != nil {
+			return ctrl.Result{}, fmt.Errorf("looking up or generating the k3s tokens: %w", err)
 		}
-		s.inputs.JoinToken = t
+		return r.lookupK3sTokens(ctx, s)
 	}
 	return ctrl.Result{}, nil
 }
@@ -232,9 +303,9 @@ func (r *Reconciler) reconcileControlPlaneJoinCredentials(ctx context.Context, s
 	}
 	s.inputs.PKI = pki
 	if s.config.Spec.Distribution == bootstrapv1.DistributionK3s {
-		return r.lookupK3sToken(ctx, s)
+		return r.lookupK3sTokens(ctx, s)
 	}
-	return r.createK0sJoinToken(ctx, s, token.K0sControllerToken, pki.ClusterCA.Cert)
+	return r.prepareK0sJoinToken(s, token.K0sControllerToken, pki.ClusterCA.Cert)
 }
 
 func (r *Reconciler) reconcileWorkerJoinCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -243,7 +314,7 @@ func (r *Reconciler) reconcileWorkerJoinCredentials(ctx context.Context, s *scop
 		return ctrl.Result{}, nil
 	}
 	if s.config.Spec.Distribution == bootstrapv1.DistributionK3s {
-		return r.lookupK3sToken(ctx, s)
+		return r.lookupK3sTokens(ctx, s)
 	}
 	ca, err := clustersecret.CACertificate(ctx, r.Client, s.clusterKey())
 	if clustersecret.IsMissing(err) {
@@ -253,40 +324,49 @@ func (r *Reconciler) reconcileWorkerJoinCredentials(ctx context.Context, s *scop
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.createK0sJoinToken(ctx, s, token.K0sWorkerToken, ca)
+	return r.prepareK0sJoinToken(s, token.K0sWorkerToken, ca)
 }
 
-func (r *Reconciler) lookupK3sToken(ctx context.Context, s *scope) (ctrl.Result, error) {
-	t, err := clustersecret.LookupK3sToken(ctx, r.Client, s.clusterKey())
+// lookupK3sTokens gives servers the server token and the agent token they accept, and
+// agents the agent token only: whoever reads an agent's bootstrap data must not be able to
+// join a server (which hands out the cluster's CA keys).
+func (r *Reconciler) lookupK3sTokens(ctx context.Context, s *scope) (ctrl.Result, error) {
+	t, err := clustersecret.LookupK3sTokens(ctx, r.Client, s.clusterKey())
 	if clustersecret.IsMissing(err) {
 		s.wait(bootstrapv1.WaitingForJoinTokenReason, "%v", err)
 		return ctrl.Result{RequeueAfter: waitRequeue}, nil
 	}
-	s.inputs.JoinToken = t
-	return ctrl.Result{}, err
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	if s.config.Spec.Role == bootstrapv1.RoleControlPlane {
+		s.inputs.JoinToken, s.inputs.AgentToken = t.Server, t.Agent
+	} else {
+		s.inputs.JoinToken = t.Agent
+	}
+	return ctrl.Result{}, nil
 }
 
-// createK0sJoinToken registers a fresh bootstrap token in the workload cluster and wraps it in
-// a k0s join token pointing at the endpoint.
-func (r *Reconciler) createK0sJoinToken(ctx context.Context, s *scope, role token.K0sTokenRole, caCert []byte) (ctrl.Result, error) {
+// prepareK0sJoinToken builds a k0s join token around a fresh bootstrap token, without
+// registering the bootstrap token yet: reconcileDataSecret does that once the document has
+// rendered, so that a spec or endpoint that cannot render leaves no token behind.
+func (r *Reconciler) prepareK0sJoinToken(s *scope, role token.K0sTokenRole, caCert []byte) (ctrl.Result, error) {
 	t, err := token.NewBootstrapToken()
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.Tokens.Create(ctx, s.clusterKey(), t, role, r.tokenExpiry()); err != nil {
-		s.wait(bootstrapv1.WaitingForJoinTokenReason, "%s", describeTokenErr(err))
-		return ctrl.Result{RequeueAfter: waitRequeue}, nil
-	}
 	server, err := token.K0sJoinURL(role, s.inputs.Endpoint.Host, s.inputs.Endpoint.Port)
 	if err != nil {
-		return ctrl.Result{}, err
+		s.wait(bootstrapv1.InvalidConfigurationReason, "Cluster %s spec.controlPlaneEndpoint: %v", s.cluster.Name, err)
+		return ctrl.Result{}, nil
 	}
 	joinToken, err := token.NewK0sJoinToken(role, server, caCert, t)
 	if err != nil {
-		return ctrl.Result{}, err
+		s.wait(bootstrapv1.InvalidConfigurationReason, "cannot build the k0s join token: %v", err)
+		return ctrl.Result{}, nil
 	}
-	s.inputs.JoinToken, s.tokenID = joinToken, t.ID
-	ctrl.LoggerFrom(ctx).Info("Created join token in the workload cluster", "role", role, "tokenID", t.ID)
+	s.inputs.JoinToken = joinToken
+	s.pendingToken = &pendingToken{token: t, role: role}
 	return ctrl.Result{}, nil
 }
 
@@ -298,6 +378,17 @@ func (r *Reconciler) reconcileDataSecret(ctx context.Context, s *scope) (ctrl.Re
 	if err != nil {
 		s.wait(bootstrapv1.InvalidConfigurationReason, "cannot render the bootstrap data: %v", err)
 		return ctrl.Result{}, nil
+	}
+	if pt := s.pendingToken; pt != nil {
+		// Everything the token depends on is valid: register it, then store the data.
+		if err := r.Tokens.Create(ctx, s.clusterKey(), pt.token, pt.role, r.tokenExpiry()); err != nil {
+			s.wait(bootstrapv1.WaitingForJoinTokenReason, "%s", describeTokenErr(err))
+			return ctrl.Result{RequeueAfter: waitRequeue}, nil
+		}
+		ctrl.LoggerFrom(ctx).Info("Created join token in the workload cluster", "role", pt.role, "tokenID", pt.token.ID)
+		s.tokenID = pt.token.ID
+		s.joinToken = joinTokenCondition(metav1.ConditionTrue, bootstrapv1.JoinTokenValidReason,
+			"bootstrap token %s created, valid until %s and refreshed while a node may join with it", pt.token.ID, r.tokenExpiry().UTC().Format(time.RFC3339))
 	}
 
 	secret := &corev1.Secret{

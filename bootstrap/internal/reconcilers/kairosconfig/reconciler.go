@@ -35,6 +35,7 @@ import (
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/bootstrap/internal/initlock"
 	"github.com/kairos-capi/kairos-capi/bootstrap/internal/userdata"
+	"github.com/kairos-capi/kairos-capi/common/token"
 )
 
 // DefaultTokenTTL is how long a generated join token stays valid without a refresh.
@@ -63,6 +64,8 @@ type Reconciler struct {
 	WatchFilterValue string
 	// TokenTTL is the lifetime of generated join tokens. Defaults to DefaultTokenTTL.
 	TokenTTL time.Duration
+	// Now is the clock token expirations are computed from. Defaults to time.Now.
+	Now func() time.Time
 
 	initLock *initlock.Lock
 }
@@ -77,14 +80,25 @@ type scope struct {
 	// inputs gathered by the phases, consumed by the render phase.
 	inputs userdata.Inputs
 
+	// pendingToken is the k0s bootstrap token inside the join token of the inputs; it is
+	// registered in the workload cluster only once the document rendered.
+	pendingToken *pendingToken
 	// tokenID names the bootstrap token generated for this node, if any.
 	tokenID string
+	// joinToken is the JoinTokenAvailable condition to set; nil removes it.
+	joinToken *metav1.Condition
 
 	// dataSecretName is set once the bootstrap data Secret is known to exist.
 	dataSecretName string
 	// waitReason and waitMessage say why there is no data yet; halted stops the phases.
 	waitReason, waitMessage string
 	halted                  bool
+}
+
+// pendingToken is a bootstrap token built for the data but not registered yet.
+type pendingToken struct {
+	token token.BootstrapToken
+	role  token.K0sTokenRole
 }
 
 // wait records why rendering cannot proceed and stops the remaining phases.
@@ -176,6 +190,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			clusterv1.PausedCondition,
 			bootstrapv1.ReadyCondition,
 			bootstrapv1.DataSecretAvailableCondition,
+			bootstrapv1.JoinTokenAvailableCondition,
 		}}}
 		if reterr == nil {
 			opts = append(opts, patch.WithStatusObservedGeneration{})
@@ -219,6 +234,11 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 // updateStatus derives the whole status from what the phases observed.
 func updateStatus(s *scope) error {
 	c := s.config
+	if s.joinToken != nil {
+		conditions.Set(c, *s.joinToken)
+	} else {
+		conditions.Delete(c, bootstrapv1.JoinTokenAvailableCondition)
+	}
 	if s.dataSecretName != "" {
 		c.Status.DataSecretName = s.dataSecretName
 		c.Status.Initialization.DataSecretCreated = ptr.To(true)

@@ -18,11 +18,11 @@ import (
 )
 
 // TestK3sWorkerTokenSecretWithTrailingNewline: a Secret created with
-// `kubectl create secret generic tok --from-file=value=/var/lib/rancher/k3s/server/token`
+// `kubectl create secret generic tok --from-file=value=/var/lib/rancher/k3s/server/agent-token`
 // holds the token plus a newline. Admission accepts the reference, but the worker never gets
 // bootstrap data: DataSecretAvailable=False/InvalidConfiguration "k3s token contains whitespace".
 func TestK3sWorkerTokenSecretWithTrailingNewline(t *testing.T) {
-	tok, err := token.FormatK3sToken(strings.Repeat("ab", 32), "server", "from-file")
+	tok, err := token.FormatK3sToken(strings.Repeat("ab", 32), token.K3sAgentUser, "from-file")
 	if err != nil {
 		t.Fatal(err)
 	}

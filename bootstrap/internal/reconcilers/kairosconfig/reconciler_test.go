@@ -354,37 +354,66 @@ func assertCondition(t *testing.T, c *bootstrapv1.KairosConfig, typ string, stat
 	}
 }
 
+// joinData renders what the reconciler stores for a k0s worker holding bootstrap token t.
+func joinData(t *testing.T, bt token.BootstrapToken) []byte {
+	t.Helper()
+	objs := pkiObjects(t)
+	ca := objs[0].(*corev1.Secret).Data[secret.TLSCrtDataName]
+	jt, err := token.NewK0sJoinToken(token.K0sWorkerToken, "https://api.demo.example.com:6443", ca, bt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return []byte("#cloud-config\nstages:\n  boot:\n    - files:\n        - path: /etc/k0s/token\n          permissions: 384\n          content: " + jt + "\n")
+}
+
 func TestRefreshJoinToken(t *testing.T) {
 	withNode := newMachine("joined", "v1.31.2")
 	withNode.Status.NodeRef = clusterv1.MachineNodeReference{Name: "node-1"}
 	pool := &clusterv1.MachinePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool"}}
 	notFound := apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "bootstrap-token-abcdef")
+	bt := token.BootstrapToken{ID: "abcdef", Secret: "0123456789abcdef"}
 
 	tests := []struct {
 		name        string
 		owner       *configOwner
 		annotated   bool
+		data        []byte
 		refreshErr  error
+		createErr   error
 		wantCalls   int
+		wantCreate  bool
 		wantRequeue time.Duration
+		// wantCondition is the JoinTokenAvailable reason, "" for no condition.
+		wantCondition string
+		wantStatus    metav1.ConditionStatus
 	}{
-		{"node not joined yet", &configOwner{machine: newMachine("m", "v1.31.2")}, true, nil, 1, 20 * time.Second},
-		{"node joined", &configOwner{machine: withNode}, true, nil, 0, 0},
-		{"no generated token", &configOwner{machine: newMachine("m", "v1.31.2")}, false, nil, 0, 0},
-		{"MachinePool always refreshes", &configOwner{pool: pool}, true, nil, 1, 20 * time.Second},
-		{"token gone", &configOwner{machine: newMachine("m", "v1.31.2")}, true, notFound, 1, 0},
-		{"workload cluster unreachable", &configOwner{machine: newMachine("m", "v1.31.2")}, true, errors.New("unreachable"), 1, waitRequeue},
+		{name: "node not joined yet", owner: &configOwner{machine: newMachine("m", "v1.31.2")}, annotated: true, wantCalls: 1, wantRequeue: 20 * time.Second,
+			wantCondition: bootstrapv1.JoinTokenValidReason, wantStatus: metav1.ConditionTrue},
+		{name: "node joined", owner: &configOwner{machine: withNode}, annotated: true},
+		{name: "no generated token", owner: &configOwner{machine: newMachine("m", "v1.31.2")}},
+		{name: "MachinePool always refreshes", owner: &configOwner{pool: pool}, annotated: true, wantCalls: 1, wantRequeue: 20 * time.Second,
+			wantCondition: bootstrapv1.JoinTokenValidReason, wantStatus: metav1.ConditionTrue},
+		{name: "token gone is re-created from the data", owner: &configOwner{pool: pool}, annotated: true, data: joinData(t, bt), refreshErr: notFound,
+			wantCalls: 1, wantCreate: true, wantRequeue: 20 * time.Second, wantCondition: bootstrapv1.JoinTokenRecreatedReason, wantStatus: metav1.ConditionTrue},
+		{name: "re-creating fails", owner: &configOwner{machine: newMachine("m", "v1.31.2")}, annotated: true, data: joinData(t, bt), refreshErr: notFound,
+			createErr: errors.New("unreachable"), wantCalls: 1, wantCreate: true, wantRequeue: waitRequeue,
+			wantCondition: bootstrapv1.JoinTokenUnavailableReason, wantStatus: metav1.ConditionFalse},
+		{name: "token gone and the data holds another", owner: &configOwner{machine: newMachine("m", "v1.31.2")}, annotated: true,
+			data: joinData(t, token.BootstrapToken{ID: "zzzzzz", Secret: "zzzzzzzzzzzzzzzz"}), refreshErr: notFound, wantCalls: 1,
+			wantCondition: bootstrapv1.JoinTokenUnavailableReason, wantStatus: metav1.ConditionFalse},
+		{name: "workload cluster unreachable", owner: &configOwner{machine: newMachine("m", "v1.31.2")}, annotated: true, refreshErr: errors.New("unreachable"),
+			wantCalls: 1, wantRequeue: waitRequeue, wantCondition: bootstrapv1.JoinTokenUnavailableReason, wantStatus: metav1.ConditionFalse},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			tokens := &stubTokens{refreshErr: tc.refreshErr}
-			r := &Reconciler{Tokens: tokens, TokenTTL: time.Minute}
-			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m"}}
+			tokens := &stubTokens{refreshErr: tc.refreshErr, createErr: tc.createErr}
+			now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+			r := &Reconciler{Tokens: tokens, TokenTTL: time.Minute, Now: func() time.Time { return now }}
+			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m"}, Data: map[string][]byte{"value": tc.data}}
 			if tc.annotated {
 				secret.Annotations = map[string]string{TokenIDAnnotation: "abcdef"}
 			}
 			s := &scope{config: newConfig("m", bootstrapv1.KairosConfigSpec{}), owner: tc.owner, cluster: newCluster()}
-			before := time.Now()
 			res, err := r.refreshJoinToken(context.Background(), s, secret)
 			if err != nil {
 				t.Fatal(err)
@@ -400,11 +429,128 @@ func TestRefreshJoinToken(t *testing.T) {
 				if call.id != "abcdef" || call.cluster != (client.ObjectKey{Namespace: ns, Name: "demo"}) {
 					t.Errorf("Refresh(%v, %s)", call.cluster, call.id)
 				}
-				if call.expires.Before(before.Add(time.Minute)) || call.expires.After(time.Now().Add(time.Minute)) {
+				if !call.expires.Equal(now.Add(time.Minute)) {
 					t.Errorf("expires = %v, want now + TTL", call.expires)
 				}
 			}
+			if got := len(tokens.created) == 1; got != tc.wantCreate {
+				t.Fatalf("Create calls = %+v, want create %v", tokens.created, tc.wantCreate)
+			}
+			if tc.wantCreate && (tokens.created[0].token != bt || tokens.created[0].role != token.K0sWorkerToken || !tokens.created[0].expires.Equal(now.Add(time.Minute))) {
+				t.Errorf("re-created %+v, want the data's token %+v for a worker, valid for the TTL", tokens.created[0], bt)
+			}
+			switch {
+			case tc.wantCondition == "" && s.joinToken != nil:
+				t.Errorf("JoinTokenAvailable = %+v, want none", s.joinToken)
+			case tc.wantCondition != "" && (s.joinToken == nil || s.joinToken.Reason != tc.wantCondition || s.joinToken.Status != tc.wantStatus):
+				t.Errorf("JoinTokenAvailable = %+v, want %s/%s", s.joinToken, tc.wantStatus, tc.wantCondition)
+			}
 		})
+	}
+}
+
+// workloadTokens plays the workload cluster's bootstrap tokens, including the token cleaner
+// of kube-controller-manager, which deletes tokens once they expired.
+type workloadTokens struct {
+	now    func() time.Time
+	tokens map[string]workloadToken
+}
+
+type workloadToken struct {
+	token   token.BootstrapToken
+	expires time.Time
+}
+
+func (w *workloadTokens) clean() {
+	for id, t := range w.tokens {
+		if !w.now().Before(t.expires) {
+			delete(w.tokens, id)
+		}
+	}
+}
+
+func (w *workloadTokens) Create(_ context.Context, _ client.ObjectKey, t token.BootstrapToken, _ token.K0sTokenRole, expires time.Time) error {
+	w.clean()
+	if _, ok := w.tokens[t.ID]; ok {
+		return apierrors.NewAlreadyExists(schema.GroupResource{Resource: "secrets"}, t.SecretName())
+	}
+	w.tokens[t.ID] = workloadToken{token: t, expires: expires}
+	return nil
+}
+
+func (w *workloadTokens) Refresh(_ context.Context, _ client.ObjectKey, id string, expires time.Time) error {
+	w.clean()
+	t, ok := w.tokens[id]
+	if !ok {
+		return apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "bootstrap-token-"+id)
+	}
+	t.expires = expires
+	w.tokens[id] = t
+	return nil
+}
+
+// valid reports whether a node presenting t would be let in now.
+func (w *workloadTokens) valid(t token.BootstrapToken) bool {
+	w.clean()
+	got, ok := w.tokens[t.ID]
+	return ok && got.token == t
+}
+
+// TestMachinePoolDataJoinsAnHourLater: a MachinePool hands its write-once data to every node
+// it adds. With the controller away for an hour (no refresh), the token expires and the
+// workload cluster deletes it; the next reconcile must bring back the very token the data
+// holds, so that a node added an hour later still joins.
+func TestMachinePoolDataJoinsAnHourLater(t *testing.T) {
+	now := time.Date(2030, 1, 1, 12, 0, 0, 0, time.UTC)
+	clock := func() time.Time { return now }
+	cluster := newCluster()
+	cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+	pool := &clusterv1.MachinePool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m", UID: "pool-uid"},
+		Spec: clusterv1.MachinePoolSpec{ClusterName: "demo", Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{Version: "v1.31.2"}}}}
+	config := newConfig("m", bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker})
+	config.OwnerReferences[0].Kind, config.OwnerReferences[0].UID = "MachinePool", pool.UID
+	wl := &workloadTokens{now: clock, tokens: map[string]workloadToken{}}
+	r := &Reconciler{Client: newClient(t, append(pkiObjects(t), cluster, pool, config)...), TokenTTL: 15 * time.Minute, Tokens: wl, Now: clock}
+	r.APIReader = r.Client
+	r.complete()
+
+	_, config = reconcile(t, r, "m")
+	data := &corev1.Secret{}
+	if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, data); err != nil {
+		t.Fatalf("no data: %+v", config.Status.Conditions)
+	}
+	bt, _, err := joinTokenOf(data.Data["value"], data.Annotations[TokenIDAnnotation])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !wl.valid(bt) {
+		t.Fatal("the data's token is not valid right after rendering")
+	}
+
+	now = now.Add(time.Hour)
+	if wl.valid(bt) {
+		t.Fatal("the token outlived its TTL: the test proves nothing")
+	}
+	res, config := reconcile(t, r, "m")
+	if !wl.valid(bt) {
+		t.Fatalf("a node added an hour later cannot join: %+v", config.Status.Conditions)
+	}
+	assertCondition(t, config, bootstrapv1.JoinTokenAvailableCondition, metav1.ConditionTrue, bootstrapv1.JoinTokenRecreatedReason, "re-created from the bootstrap data")
+	if res.RequeueAfter != 5*time.Minute {
+		t.Errorf("RequeueAfter = %v, want TTL/3 to keep the token alive", res.RequeueAfter)
+	}
+	after := &corev1.Secret{}
+	if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, after); err != nil || string(after.Data["value"]) != string(data.Data["value"]) {
+		t.Fatal("the write-once data changed")
+	}
+
+	// Refreshed on time, the token stays valid without being re-created.
+	now = now.Add(5 * time.Minute)
+	_, config = reconcile(t, r, "m")
+	assertCondition(t, config, bootstrapv1.JoinTokenAvailableCondition, metav1.ConditionTrue, bootstrapv1.JoinTokenValidReason, "valid until")
+	now = now.Add(14 * time.Minute)
+	if !wl.valid(bt) {
+		t.Fatal("the refresh did not extend the token")
 	}
 }
 
@@ -562,10 +708,14 @@ func TestClusterChangedForBootstrap(t *testing.T) {
 // TestDataSecret runs a control-plane and a worker through Reconcile and checks the data
 // Secret Cluster API hands to the infrastructure provider.
 func TestDataSecret(t *testing.T) {
-	k3sOverride, err := token.FormatK3sToken(strings.Repeat("ab", 32), "server", "user-supplied")
+	k3sOverride, err := token.FormatK3sToken(strings.Repeat("ab", 32), token.K3sAgentUser, "user-supplied")
 	if err != nil {
 		t.Fatal(err)
 	}
+	k3sTokens := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "demo-k3s-token"}, Data: map[string][]byte{
+		"value":       []byte("K10" + strings.Repeat("cd", 32) + "::server:the-server-password"),
+		"agent-token": []byte("K10" + strings.Repeat("cd", 32) + "::node:the-agent-password"),
+	}}
 	k3s := bootstrapv1.DistributionK3s
 	tests := []struct {
 		name        string
@@ -581,6 +731,8 @@ func TestDataSecret(t *testing.T) {
 		{name: "k0s control plane (join)", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane}, initialized: true, wantRole: token.K0sControllerToken},
 		{name: "k0s MachinePool worker", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker}, initialized: true, pool: true, wantRole: token.K0sWorkerToken},
 		{name: "k3s control plane (init)", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane, Distribution: k3s}, wantInData: "--cluster-init"},
+		{name: "k3s worker gets the agent token", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, Distribution: k3s},
+			initialized: true, extra: []client.Object{k3sTokens}, wantInData: "::node:the-agent-password"},
 		{name: "k3s worker with a token override", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, Distribution: k3s, WorkerToken: k3sOverride},
 			initialized: true, wantInData: k3sOverride},
 		{name: "k3s worker with a token from a Secret", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, Distribution: k3s,
@@ -651,6 +803,14 @@ func TestDataSecret(t *testing.T) {
 				if !metav1.IsControlledBy(tok, config) || !strings.Contains(string(s.Data["value"]), string(tok.Data["value"])) {
 					t.Errorf("k3s token Secret %+v is not the config's or not in the data", tok.ObjectMeta)
 				}
+				// Servers accept the agent token from agents.
+				if len(tok.Data["agent-token"]) == 0 || !strings.Contains(string(s.Data["value"]), string(tok.Data["agent-token"])) ||
+					!strings.Contains(string(s.Data["value"]), "--agent-token-file=") {
+					t.Errorf("the server's data does not hand it the agent token")
+				}
+			}
+			if tc.spec.Distribution == k3s && tc.spec.Role == bootstrapv1.RoleWorker && strings.Contains(string(s.Data["value"]), "::server:") {
+				t.Errorf("a k3s agent's data holds a server token")
 			}
 			if tc.wantRole == "" {
 				if len(tokens.created) != 0 || s.Annotations[TokenIDAnnotation] != "" {

@@ -79,7 +79,7 @@ func bootstrapTokenSecret(t token.BootstrapToken, role token.K0sTokenRole, expir
 }
 
 // tokenExpiry returns when a token created or refreshed now should expire.
-func (r *Reconciler) tokenExpiry() time.Time { return time.Now().Add(r.TokenTTL) }
+func (r *Reconciler) tokenExpiry() time.Time { return r.Now().Add(r.TokenTTL) }
 
 // tokenRefreshInterval is how often a token still needed is refreshed: well inside its TTL so
 // that one missed reconcile does not let it lapse.

@@ -101,7 +101,7 @@ func TestUpToDate(t *testing.T) {
 			setup: func(f *fixture) {
 				f.kcp.Spec.KairosConfigSpec = bootstrapv1.KairosConfigSpec{
 					UserPasswordSecretRef: &bootstrapv1.SecretKeyReference{Name: "pw"},
-					Install:               &bootstrapv1.Install{Reboot: true},
+					Install:               &bootstrapv1.Install{Reboot: ptr.To(true)},
 					Files:                 []bootstrapv1.File{{Path: "/etc/motd", ContentFrom: &bootstrapv1.SecretKeyReference{Name: "motd"}}},
 					CloudConfigFragments:  []bootstrapv1.CloudConfigFragment{{Name: "extra", Content: "#cloud-config\n"}},
 				}
@@ -111,7 +111,7 @@ func TestUpToDate(t *testing.T) {
 				f.configs["m1"].Spec = bootstrapv1.KairosConfigSpec{
 					Role:                  bootstrapv1.RoleControlPlane,
 					UserPasswordSecretRef: &bootstrapv1.SecretKeyReference{Name: "pw"},
-					Install:               &bootstrapv1.Install{Reboot: true},
+					Install:               &bootstrapv1.Install{Reboot: ptr.To(true)},
 					Files:                 []bootstrapv1.File{{Path: "/etc/motd", ContentFrom: &bootstrapv1.SecretKeyReference{Name: "motd"}}},
 					CloudConfigFragments:  []bootstrapv1.CloudConfigFragment{{Name: "extra", Content: "#cloud-config\n"}},
 				}
