@@ -195,7 +195,12 @@ func (r *Reconciler) reconcilePrerequisites(_ context.Context, s *scope) (ctrl.R
 	endpoint := render.Endpoint{Host: c.Spec.ControlPlaneEndpoint.Host, Port: c.Spec.ControlPlaneEndpoint.Port}
 	if err := render.CheckEndpoint(endpoint); err != nil {
 		// Checked before anything (a join token) is built from it.
-		s.wait(bootstrapv1.InvalidConfigurationReason, "Cluster %s spec.controlPlaneEndpoint: %v", c.Name, err)
+		var msgs []string
+		for _, fe := range render.FieldErrors(err) {
+			msgs = append(msgs, fmt.Sprintf("Cluster %s spec.controlPlaneEndpoint.%s: %v", c.Name,
+				strings.ToLower(strings.TrimPrefix(fe.Field, "Endpoint.")), fe.Err))
+		}
+		s.wait(bootstrapv1.InvalidConfigurationReason, "%s", strings.Join(msgs, "; "))
 		return ctrl.Result{}, nil
 	}
 
