@@ -168,7 +168,7 @@ func TestKairosControlPlaneWebhook(t *testing.T) {
 			mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.KairosConfigSpec.Files = []bootstrapv1.File{{Path: "/etc/k0s/k0s.yaml", Content: "x"}}
 			},
-			wantErr: "spec.kairosConfigSpec: Invalid value: the Kairos document cannot be built from this spec"},
+			wantErr: "spec.kairosConfigSpec.files[0].path: Invalid value: \"/etc/k0s/k0s.yaml\" is written by the renderer"},
 		{name: "template reference: no dry render of the empty inline spec",
 			mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}
