@@ -18,6 +18,7 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/pki"
+	"github.com/kairos-capi/kairos-capi/common/render"
 	"github.com/kairos-capi/kairos-capi/common/token"
 	"github.com/kairos-capi/kairos-capi/test/cloudconfig"
 	"github.com/kairos-capi/kairos-capi/test/framework"
@@ -291,19 +292,25 @@ func TestWorkerJoinK0s(t *testing.T) {
 	})
 }
 
-// findJoinToken returns the token file a k0s or k3s node is given.
+// findJoinToken returns the token file a k0s or k3s node joins with (--token-file).
 func findJoinToken(t *testing.T, doc []byte) string {
+	t.Helper()
+	return renderedFile(t, doc, render.K0sTokenPath, render.K3sTokenPath)
+}
+
+// renderedFile returns the content of the first of paths the document writes.
+func renderedFile(t *testing.T, doc []byte, paths ...string) string {
 	t.Helper()
 	files, err := cloudconfig.RenderedFiles(doc)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for path, content := range files {
-		if strings.HasSuffix(path, "token") || strings.Contains(path, "join-token") {
+	for _, p := range paths {
+		if content, ok := files[p]; ok {
 			return strings.TrimSpace(content)
 		}
 	}
-	t.Fatalf("no join token file among %v", keys(files))
+	t.Fatalf("none of %v among %v", paths, keys(files))
 	return ""
 }
 
@@ -339,28 +346,39 @@ func TestControlPlaneJoinK0s(t *testing.T) {
 	}
 }
 
-// TestWorkerK3sAndOverride: k3s workers use the cluster token; an explicit override wins.
+// TestWorkerK3sAndOverride: k3s workers use the cluster's agent token, never the server token;
+// servers get both; an explicit override wins.
 func TestWorkerK3sAndOverride(t *testing.T) {
 	ns := newNamespace(t)
 	tc := newCluster(t, ns, "k3")
 	tc.provision()
-	tc.waitForData(tc.addMachine("cp-0", controlPlane(bootstrapv1.DistributionK3s), version))
+	_, serverDoc := tc.waitForData(tc.addMachine("cp-0", controlPlane(bootstrapv1.DistributionK3s), version))
 	tc.initialize()
 
 	clusterToken := &corev1.Secret{}
 	if err := tc.c.Get(tc.ctx, client.ObjectKey{Namespace: ns, Name: "k3-k3s-token"}, clusterToken); err != nil {
 		t.Fatal(err)
 	}
+	agentToken := string(clusterToken.Data["agent-token"])
+	if agentToken == "" {
+		t.Fatal("the cluster token Secret holds no agent token")
+	}
+	if got := renderedFile(t, serverDoc, render.K3sAgentTokenPath); got != agentToken {
+		t.Error("the k3s server does not accept the cluster's agent token")
+	}
 	_, doc := tc.waitForData(tc.addMachine("w-0", worker(bootstrapv1.DistributionK3s), version))
-	if got := findJoinToken(t, doc); got != string(clusterToken.Data["value"]) {
-		t.Error("the k3s worker does not use the cluster token")
+	if got := findJoinToken(t, doc); got != agentToken {
+		t.Error("the k3s worker does not use the cluster's agent token")
+	}
+	if bytes.Contains(doc, clusterToken.Data["value"]) {
+		t.Error("the k3s worker's data holds the server token")
 	}
 
 	otherCA, err := pki.NewCA("other-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
 	}
-	overrideToken, err := token.NewK3sToken(otherCA.Cert)
+	overrideToken, err := token.NewK3sAgentToken(otherCA.Cert)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -597,6 +615,99 @@ func TestMachinePoolWorker(t *testing.T) {
 		t.Fatal(err)
 	}
 	tc.waitForData(&machine{config: config})
+}
+
+// TestMachinePoolJoinTokenRecovery: a MachinePool's data is write-once and handed to every
+// node the pool adds, at any time. When its bootstrap token disappears from the workload
+// cluster (it expired while the controller was away and the token cleaner removed it), the
+// controller re-creates the very token the data holds and says so in JoinTokenAvailable.
+func TestMachinePoolJoinTokenRecovery(t *testing.T) {
+	ns := newNamespace(t)
+	tc := newCluster(t, ns, "mpk")
+	tc.provision()
+	tc.initialize()
+	tc.createCA()
+	tc.connectWorkload()
+	pool := &clusterv1.MachinePool{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: ns, Labels: map[string]string{clusterv1.WatchLabel: watchFilter}},
+		Spec: clusterv1.MachinePoolSpec{
+			ClusterName: "mpk",
+			Template: clusterv1.MachineTemplateSpec{Spec: clusterv1.MachineSpec{
+				ClusterName: "mpk", Version: version,
+				Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+					APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KairosConfig", Name: "pool"}},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "TestMachinePool", Name: "pool"},
+			}},
+		},
+	}
+	if err := tc.c.Create(tc.ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	config := &bootstrapv1.KairosConfig{
+		ObjectMeta: metav1.ObjectMeta{Name: "pool", Namespace: ns,
+			Labels:          map[string]string{clusterv1.ClusterNameLabel: "mpk", clusterv1.WatchLabel: watchFilter},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: clusterv1.GroupVersion.String(), Kind: "MachinePool", Name: "pool", UID: pool.UID}}},
+		Spec: worker(bootstrapv1.DistributionK0s),
+	}
+	if err := tc.c.Create(tc.ctx, config); err != nil {
+		t.Fatal(err)
+	}
+	m := &machine{config: config}
+	_, doc := tc.waitForData(m)
+	info, err := token.ParseK0sJoinToken(findJoinToken(t, doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := client.ObjectKey{Namespace: "kube-system", Name: info.Token.SecretName()}
+	ctx := framework.Context(t)
+	s := &corev1.Secret{}
+	if err := workload.Client.Get(ctx, key, s); err != nil {
+		t.Fatalf("bootstrap token not created: %v", err)
+	}
+	if err := workload.Client.Delete(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 3*tokenTTL, func() error {
+		s := &corev1.Secret{}
+		if err := workload.Client.Get(ctx, key, s); err != nil {
+			return err
+		}
+		if string(s.Data["token-secret"]) != info.Token.Secret || string(s.Data["usage-bootstrap-authentication"]) != "true" {
+			return fmt.Errorf("re-created token %s does not match the data's", key.Name)
+		}
+		return nil
+	})
+	framework.Eventually(t, waitShort, func() error {
+		c := conditions.Get(tc.config(m), bootstrapv1.JoinTokenAvailableCondition)
+		if c == nil || c.Status != metav1.ConditionTrue {
+			return fmt.Errorf("JoinTokenAvailable = %+v", c)
+		}
+		return nil
+	})
+}
+
+// TestClusterNetworkReachesTheNode: the Cluster's clusterNetwork reaches a k3s server, which
+// listens on apiServerPort while nodes join through the endpoint's port.
+func TestClusterNetworkReachesTheNode(t *testing.T) {
+	tc := newCluster(t, newNamespace(t), "net")
+	tc.update(func(c *clusterv1.Cluster) {
+		c.Spec.ClusterNetwork = clusterv1.ClusterNetwork{
+			APIServerPort: 6443,
+			Pods:          clusterv1.NetworkRanges{CIDRBlocks: []string{"10.244.0.0/16"}},
+			Services:      clusterv1.NetworkRanges{CIDRBlocks: []string{"10.96.0.0/12"}},
+			ServiceDomain: "cluster.example",
+		}
+		c.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{Host: "10.0.0.10", Port: 443}
+		c.Status.Initialization.InfrastructureProvisioned = ptr.To(true)
+	})
+	tc.waitForData(tc.addMachine("cp-0", controlPlane(bootstrapv1.DistributionK3s), version)) // creates the tokens
+	tc.initialize()
+	_, doc := tc.waitForData(tc.addMachine("cp-1", controlPlane(bootstrapv1.DistributionK3s), version))
+	for _, want := range []string{"--https-listen-port=6443", "--server=https://10.0.0.10:443", "--cluster-cidr=10.244.0.0/16", "--service-cidr=10.96.0.0/12", "--cluster-domain=cluster.example"} {
+		if !bytes.Contains(doc, []byte(want)) {
+			t.Errorf("the server's data does not contain %s", want)
+		}
+	}
 }
 
 // TestVersionSources: the version comes from the spec or the Machine; disagreement is reported.

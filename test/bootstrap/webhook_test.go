@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -116,7 +117,7 @@ var invalidCases = []struct {
 	{"hostname and prefix", func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "node"; s.HostnamePrefix = "node-" }, []string{"spec.hostnamePrefix", "use hostnamePrefix only"}},
 	{"hostname not DNS", func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "Bad_Host" }, []string{"spec.hostname", "RFC 1123"}},
 	{"hostname prefix not DNS", func(s *bootstrapv1.KairosConfigSpec) { s.HostnamePrefix = "bad_" }, []string{"spec.hostnamePrefix", "RFC 1123"}},
-	{"install reboot and poweroff", func(s *bootstrapv1.KairosConfigSpec) { s.Install = &bootstrapv1.Install{Reboot: true, Poweroff: true} }, []string{"spec.install.poweroff", "keep reboot"}},
+	{"install reboot and poweroff", func(s *bootstrapv1.KairosConfigSpec) { s.Install = &bootstrapv1.Install{Reboot: ptr.To(true), Poweroff: true} }, []string{"spec.install.poweroff", "keep reboot"}},
 	{"install device", func(s *bootstrapv1.KairosConfigSpec) { s.Install = &bootstrapv1.Install{Device: "sda"} }, []string{"spec.install.device", "/dev/sda"}},
 	{"k0s options on k3s", func(s *bootstrapv1.KairosConfigSpec) {
 		s.Distribution = bootstrapv1.DistributionK3s
@@ -134,11 +135,11 @@ var invalidCases = []struct {
 	{"k3s --cluster-init", func(s *bootstrapv1.KairosConfigSpec) {
 		s.Distribution = bootstrapv1.DistributionK3s
 		s.K3s = &bootstrapv1.DistributionOptions{Args: []string{"--cluster-init"}}
-	}, []string{"spec.k3s.args[0]", "remove it"}},
+	}, []string{"spec.k3s.args[0]", "--cluster-init is managed by kairos-capi"}},
 	{"k0s env name", func(s *bootstrapv1.KairosConfigSpec) {
 		s.K0s = &bootstrapv1.DistributionOptions{Env: map[string]string{"1BAD": "x"}}
 	}, []string{"spec.k0s.env[1BAD]", "environment variable name"}},
-	{"k0s config not a map", func(s *bootstrapv1.KairosConfigSpec) { s.K0s = &bootstrapv1.DistributionOptions{Config: "- a\n- b"} }, []string{"spec.k0s.config", "YAML mapping"}},
+	{"k0s config not a map", func(s *bootstrapv1.KairosConfigSpec) { s.K0s = &bootstrapv1.DistributionOptions{Config: "- a\n- b"} }, []string{"spec.k0s.config", "not a YAML map"}},
 	{"k0s config on a worker", func(s *bootstrapv1.KairosConfigSpec) {
 		s.Role = bootstrapv1.RoleWorker
 		s.K0s = &bootstrapv1.DistributionOptions{Config: "spec: {}"}
@@ -148,13 +149,33 @@ var invalidCases = []struct {
 	}, []string{"spec.cloudConfigFragments[0].contentFrom", "keep one"}},
 	{"fragment not YAML", func(s *bootstrapv1.KairosConfigSpec) {
 		s.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "f", Content: "a: [b"}}
-	}, []string{"spec.cloudConfigFragments[0].content", "cloud-config YAML mapping"}},
+	}, []string{"spec.cloudConfigFragments[0].content", `fragment "f"`, "is not valid YAML"}},
 	{"fragment with p2p", func(s *bootstrapv1.KairosConfigSpec) {
 		s.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "net", Content: "p2p:\n  network_token: x"}}
-	}, []string{"spec.cloudConfigFragments[0].content", `fragment "net" sets "p2p"`, "Cluster API owning them"}},
+	}, []string{"spec.cloudConfigFragments[0].content", `fragment "net"`, "p2p: may not be set by a fragment", "Cluster API owning them"}},
 	{"fragment with k0s block", func(s *bootstrapv1.KairosConfigSpec) {
 		s.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "x", Content: "k0s:\n  enabled: true"}}
-	}, []string{"spec.cloudConfigFragments[0].content", "use spec.k0s"}},
+	}, []string{"spec.cloudConfigFragments[0].content", "the k0s block is generated"}},
+	{"fragment with quoted stage file permissions", func(s *bootstrapv1.KairosConfigSpec) {
+		s.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "f", Content: "stages:\n  boot:\n    - files:\n        - path: /etc/x\n          permissions: \"0644\"\n"}}
+	}, []string{"spec.cloudConfigFragments[0].content", "stages.boot[0].files[0].permissions", "drops every stage"}},
+	{"fragment redefining the login user", func(s *bootstrapv1.KairosConfigSpec) {
+		s.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "f", Content: "users:\n  - name: kairos\n"}}
+	}, []string{"spec.cloudConfigFragments[0].content", `user "kairos" is already defined by the generated document`}},
+	{"k0s config flag as a shorthand with a value", func(s *bootstrapv1.KairosConfigSpec) {
+		s.K0s = &bootstrapv1.DistributionOptions{Args: []string{"-c /etc/other.yaml"}}
+	}, []string{"spec.k0s.args[0]", "--config is managed by kairos-capi"}},
+	{"k3s server flag on an agent", func(s *bootstrapv1.KairosConfigSpec) {
+		s.Role = bootstrapv1.RoleWorker
+		s.Distribution = bootstrapv1.DistributionK3s
+		s.K3s = &bootstrapv1.DistributionOptions{Args: []string{"--disable=traefik"}}
+	}, []string{"spec.k3s.args[0]", "k3s agent refuses to start"}},
+	{"k0s config with an unknown field", func(s *bootstrapv1.KairosConfigSpec) {
+		s.K0s = &bootstrapv1.DistributionOptions{Config: "spec:\n  network:\n    podCidr: 10.0.0.0/16\n"}
+	}, []string{"spec.k0s.config", "spec.network.podCidr: is not a ClusterConfig field"}},
+	{"install that stays in the live system", func(s *bootstrapv1.KairosConfigSpec) {
+		s.Install = &bootstrapv1.Install{Reboot: ptr.To(false)}
+	}, []string{"spec.install.reboot", "stay in the live installer"}},
 	{"fragment position", func(s *bootstrapv1.KairosConfigSpec) {
 		s.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "x", Position: "middle", Content: "a: b"}}
 	}, []string{"spec.cloudConfigFragments[0].position", `"append"`, `"prepend"`}},
@@ -204,6 +225,18 @@ func TestInvalidKairosConfigsAreRejected(t *testing.T) {
 		err := mgmt.Client.Create(ctx, tmpl)
 		if err == nil || !strings.Contains(err.Error(), "spec.template.spec.role") {
 			t.Fatalf("invalid template: %v", err)
+		}
+
+		// Every Machine of a template would share a literal hostname.
+		named := validControlPlane()
+		named.Hostname = "node-1"
+		tmpl = &bootstrapv1.KairosConfigTemplate{
+			ObjectMeta: metav1.ObjectMeta{Name: "named-template", Namespace: ns},
+			Spec:       bootstrapv1.KairosConfigTemplateSpec{Template: bootstrapv1.KairosConfigTemplateResource{Spec: named}},
+		}
+		err = mgmt.Client.Create(ctx, tmpl)
+		if err == nil || !strings.Contains(err.Error(), "spec.template.spec.hostname") || !strings.Contains(err.Error(), "use hostnamePrefix") {
+			t.Fatalf("template with a literal hostname: %v", err)
 		}
 	})
 }
