@@ -117,7 +117,9 @@ var invalidCases = []struct {
 	{"hostname and prefix", func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "node"; s.HostnamePrefix = "node-" }, []string{"spec.hostnamePrefix", "use hostnamePrefix only"}},
 	{"hostname not DNS", func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "Bad_Host" }, []string{"spec.hostname", "RFC 1123"}},
 	{"hostname prefix not DNS", func(s *bootstrapv1.KairosConfigSpec) { s.HostnamePrefix = "bad_" }, []string{"spec.hostnamePrefix", "RFC 1123"}},
-	{"install reboot and poweroff", func(s *bootstrapv1.KairosConfigSpec) { s.Install = &bootstrapv1.Install{Reboot: ptr.To(true), Poweroff: true} }, []string{"spec.install.poweroff", "keep reboot"}},
+	{"install reboot and poweroff", func(s *bootstrapv1.KairosConfigSpec) {
+		s.Install = &bootstrapv1.Install{Reboot: ptr.To(true), Poweroff: true}
+	}, []string{"spec.install.poweroff", "keep reboot"}},
 	{"install device", func(s *bootstrapv1.KairosConfigSpec) { s.Install = &bootstrapv1.Install{Device: "sda"} }, []string{"spec.install.device", "/dev/sda"}},
 	{"k0s options on k3s", func(s *bootstrapv1.KairosConfigSpec) {
 		s.Distribution = bootstrapv1.DistributionK3s

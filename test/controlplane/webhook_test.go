@@ -92,13 +92,13 @@ var invalidControlPlanes = []struct {
 	{"embedded k3s --cluster-init", func(s *cpSpec) {
 		s.Distribution = bootstrapv1.DistributionK3s
 		s.KairosConfigSpec.K3s = &bootstrapv1.DistributionOptions{Args: []string{"--cluster-init"}}
-	}, []string{"spec.kairosConfigSpec.k3s.args[0]", "initializes etcd on the first server: remove it"}},
+	}, []string{"spec.kairosConfigSpec.k3s.args[0]", "--cluster-init is managed by kairos-capi"}},
 	{"embedded k0s env name", func(s *cpSpec) {
 		s.KairosConfigSpec.K0s = &bootstrapv1.DistributionOptions{Env: map[string]string{"1BAD": "x"}}
 	},
 		[]string{"spec.kairosConfigSpec.k0s.env[1BAD]", "environment variable name"}},
 	{"embedded k0s config not a map", func(s *cpSpec) { s.KairosConfigSpec.K0s = &bootstrapv1.DistributionOptions{Config: "- a\n- b"} },
-		[]string{"spec.kairosConfigSpec.k0s.config", "YAML mapping"}},
+		[]string{"spec.kairosConfigSpec.k0s.config", "not a YAML map"}},
 	{"embedded relative file", func(s *cpSpec) { s.KairosConfigSpec.Files = []bootstrapv1.File{{Path: "etc/motd", Content: "hi"}} },
 		[]string{"spec.kairosConfigSpec.files[0].path", "absolute, clean file path"}},
 	{"embedded file permissions", func(s *cpSpec) {
@@ -121,7 +121,7 @@ var invalidControlPlanes = []struct {
 		[]string{"spec.kairosConfigSpec.install.device", "/dev/sda"}},
 	{"embedded fragment with p2p", func(s *cpSpec) {
 		s.KairosConfigSpec.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "net", Content: "p2p:\n  network_token: x"}}
-	}, []string{"spec.kairosConfigSpec.cloudConfigFragments[0].content", `fragment "net" sets "p2p"`}},
+	}, []string{"spec.kairosConfigSpec.cloudConfigFragments[0].content", `fragment "net": p2p: may not be set by a fragment`}},
 	{"embedded fragment position", func(s *cpSpec) {
 		s.KairosConfigSpec.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "x", Position: "middle", Content: "a: b"}}
 	}, []string{"spec.kairosConfigSpec.cloudConfigFragments[0].position", `"append"`, `"prepend"`}},
@@ -165,7 +165,7 @@ var invalidControlPlanes = []struct {
 	{"embedded spec conflicts with a fragment", func(s *cpSpec) {
 		s.KairosConfigSpec.Hostname = "node-1"
 		s.KairosConfigSpec.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "host", Content: "hostname: other"}}
-	}, []string{"spec.kairosConfigSpec", "cannot be built", `"host"`}},
+	}, []string{"spec.kairosConfigSpec.cloudConfigFragments[0].content", `key "hostname" is set by both "generated" and fragment "host"`}},
 }
 
 func assertRejected(t *testing.T, err error, want []string) {
