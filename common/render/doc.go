@@ -21,19 +21,27 @@
 //     are in place first. These steps are skipped on the live installer and
 //     in recovery.
 //   - The distribution service carries a systemd drop-in whose ExecStartPre
-//     is preflight.sh: the service refuses to start unless the installed
-//     k0s/k3s matches KubernetesVersion and the pre-commands completed. This
-//     also holds on later boots, when systemd starts the enabled service
-//     itself.
+//     is preflight.sh: the service refuses to start unless the pre-commands
+//     completed and, until the node has bootstrapped once
+//     (BootstrapDoneMarker), the installed k0s/k3s matches
+//     KubernetesVersion. Later boots may run a k0s/k3s an in-place upgrade
+//     installed.
 //   - kairos-capi-bootstrap.service waits until the service is active and
 //     serving (API /readyz on control planes, a kubelet kubeconfig on
 //     workers), runs PostCommands once, and only then writes
-//     /run/cluster-api/bootstrap-success.complete.
+//     /run/cluster-api/bootstrap-success.complete and BootstrapDoneMarker.
 //
 // yip renders Go templates in file contents and commands, so all generated
 // and user-supplied content is escaped (EscapeTemplates) and reaches the disk
 // byte for byte. Only HostnamePrefix templates on purpose, and user fragments
 // passed to Document are merged unescaped.
+//
+// Document also reads every user fragment and the merged result as a node
+// does (cloudconfig.CheckFragment, CheckNode) and applies the rules for user
+// input to every source: managed and per-role flags in any spelling (args.go),
+// manifests as Kubernetes objects (manifests.go), the k0s ClusterConfig
+// against k0s' fields (k0s_schema.go), the Cluster's network (network.go).
+// Every problem is a *FieldError naming the Node field (or "Fragments[i]").
 //
 // The generated script and unit paths are exported so that tests (and a
 // simulated node) can follow what a real node would do.
