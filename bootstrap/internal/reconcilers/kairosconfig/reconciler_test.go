@@ -1057,3 +1057,52 @@ func TestBootstrapTokenSecret(t *testing.T) {
 		t.Error("an invalid token was accepted")
 	}
 }
+
+// TestNoTokenWithoutData: a join token is registered in the workload cluster only once the
+// document rendered; before, a render that failed (or an endpoint no URL can be built from) left
+// a fresh orphan token behind on every reconcile.
+func TestNoTokenWithoutData(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		spec    bootstrapv1.KairosConfigSpec
+		cluster func(*clusterv1.Cluster)
+		extra   []client.Object
+		want    string
+	}{
+		{name: "fragment from a Secret a node would misread",
+			spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, CloudConfigFragments: []bootstrapv1.CloudConfigFragment{
+				{Name: "site", ContentFrom: &bootstrapv1.SecretKeyReference{Name: "frag"}}}},
+			extra: []client.Object{&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "frag"},
+				Data: map[string][]byte{"value": []byte("p2p:\n  network_token: x\n")}}},
+			want: `spec.cloudConfigFragments[0].contentFrom (fragment "site", Secret frag key value): p2p: may not be set by a fragment`},
+		{name: "endpoint host no URL can be built from",
+			spec:    bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker},
+			cluster: func(c *clusterv1.Cluster) { c.Spec.ControlPlaneEndpoint.Host = "bad host" },
+			want:    `Cluster demo spec.controlPlaneEndpoint.host: "bad host" is neither an IP address nor a DNS name`},
+		{name: "a Cluster network k0s cannot run",
+			spec:    bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane},
+			cluster: func(c *clusterv1.Cluster) { c.Spec.ClusterNetwork.Pods.CIDRBlocks = []string{"10.0.0.0/40"} },
+			want:    `Cluster spec.clusterNetwork.pods.cidrBlocks[0]: "10.0.0.0/40" is not a CIDR`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := newCluster()
+			cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+			if tc.cluster != nil {
+				tc.cluster(cluster)
+			}
+			objs := append(pkiObjects(t), cluster, newMachine("m", "v1.31.2"), newConfig("m", tc.spec))
+			tokens := &stubTokens{}
+			r := &Reconciler{Client: newClient(t, append(objs, tc.extra...)...), TokenTTL: time.Minute, Tokens: tokens}
+			r.APIReader = r.Client
+			r.complete()
+			_, config := reconcile(t, r, "m")
+			if ptr.Deref(config.Status.Initialization.DataSecretCreated, false) {
+				t.Fatal("rendered")
+			}
+			assertCondition(t, config, bootstrapv1.DataSecretAvailableCondition, metav1.ConditionFalse, bootstrapv1.InvalidConfigurationReason, tc.want)
+			if len(tokens.created) != 0 {
+				t.Errorf("tokens created without data: %+v", tokens.created)
+			}
+		})
+	}
+}
