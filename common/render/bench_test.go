@@ -3,6 +3,8 @@ package render
 import (
 	"strconv"
 	"testing"
+
+	"github.com/kairos-capi/kairos-capi/common/merge"
 )
 
 // BenchmarkRenderControlPlane renders (Document) the complete bootstrap
@@ -58,6 +60,21 @@ func BenchmarkRenderControlPlaneNewConfig(b *testing.B) {
 		i++
 		n.Config = base + "# " + strconv.Itoa(i) + "\n"
 		if _, err := Document(n); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkRenderWorkerWithFragment adds a user fragment: the fragment and the
+// merged document are then read as a node reads them (yip), which dominates.
+func BenchmarkRenderWorkerWithFragment(b *testing.B) {
+	p := fixturePKI(b)
+	n := node(K3s, RoleWorker)
+	setK3sTokens(b, p, &n)
+	f := merge.Fragment{Name: "site", Content: []byte("#cloud-config\nstages:\n  network:\n    - name: ntp\n      commands: [timedatectl set-ntp true]\n")}
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := Document(n, f); err != nil {
 			b.Fatal(err)
 		}
 	}
