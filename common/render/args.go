@@ -45,7 +45,7 @@ var k3sManaged = []managedFlag{
 	{name: "token-file", why: "the renderer supplies the token (a worker token can be supplied as workerTokenSecretRef)"},
 	{name: "agent-token", why: "servers get the cluster's agent token from the renderer, so that agents never need the server token", roles: []Role{RoleControlPlane}},
 	{name: "agent-token-file", why: "servers get the cluster's agent token from the renderer, so that agents never need the server token", roles: []Role{RoleControlPlane}},
-	{name: "https-listen-port", why: "servers listen on the Cluster's spec.clusterNetwork.apiServerPort (6443 when unset)", roles: []Role{RoleControlPlane}},
+	{name: "https-listen-port", why: "servers listen on the Cluster's spec.clusterNetwork.apiServerPort (the endpoint port when unset)", roles: []Role{RoleControlPlane}},
 	{name: "data-dir", why: "the cluster PKI and manifests are written under /var/lib/rancher/k3s, which another data directory would ignore"},
 	{name: "config", why: "k3s reads the k3s config from " + K3sUserConfigPath + " next to the default config file; another config file would skip it"},
 }

@@ -116,6 +116,7 @@ func TestRefusedInputs(t *testing.T) {
 			n := k0sInit()
 			n.KubernetesVersion = "v1.33.5+k0s.0"
 			n.Endpoint.Port = 443
+			n.Network.APIServerPort = 6443
 			return n
 		}, nil, "Network.APIServerPort", "", "k0s before v1.34.1"},
 
@@ -191,10 +192,16 @@ func TestAcceptedInputs(t *testing.T) {
 		{"k0s v1.34.1 behind a port-translating load balancer", func() Node {
 			n := k0sInit()
 			n.KubernetesVersion = "v1.34.1"
-			n.Endpoint.Port = 443
+			n.Endpoint.Port, n.Network.APIServerPort = 443, 6443
 			return n
 		}(), nil},
-		{"k3s behind a port-translating load balancer", func() Node { n := k3sServer(); n.Endpoint.Port = 443; return n }(), nil},
+		{"k3s behind a port-translating load balancer", func() Node { n := k3sServer(); n.Endpoint.Port, n.Network.APIServerPort = 443, 6443; return n }(), nil},
+		{"k0s before v1.34.1 on an endpoint that reaches the API servers directly", func() Node {
+			n := k0sInit()
+			n.KubernetesVersion = "v1.31.2"
+			n.Endpoint.Port = 7443
+			return n
+		}(), nil},
 		{"install with the default reboot", func() Node { n := k0sInit(); n.Install = &Install{Auto: true, Reboot: true}; return n }(), nil},
 	}
 	for _, tc := range tests {
@@ -219,8 +226,8 @@ func TestAPIServerPort(t *testing.T) {
 		k0sExt   string
 		k3sPort  string
 	}{
-		{"unset means 6443", 0, 6443, "v1.31.2", "port: 6443", "externalAddress: api.demo.example.com\n", "--https-listen-port=6443"},
-		{"unset behind 443", 0, 443, "v1.34.1", "port: 6443", "externalAddress: api.demo.example.com:443\n", "--https-listen-port=6443"},
+		{"unset means the endpoint port", 0, 6443, "v1.31.2", "port: 6443", "externalAddress: api.demo.example.com\n", "--https-listen-port=6443"},
+		{"unset with an endpoint on 7443", 0, 7443, "v1.31.2", "port: 7443", "externalAddress: api.demo.example.com\n", "--https-listen-port=7443"},
 		{"6443 behind 443", 6443, 443, "v1.34.1", "port: 6443", "externalAddress: api.demo.example.com:443\n", "--https-listen-port=6443"},
 		{"same port", 7443, 7443, "v1.31.2", "port: 7443", "externalAddress: api.demo.example.com\n", "--https-listen-port=7443"},
 	} {

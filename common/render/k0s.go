@@ -75,7 +75,7 @@ func (b *builder) k0sWorker() {
 var k0sGeneratedKeys = map[string]string{
 	"spec.api.externalAddress":                       "the Cluster's spec.controlPlaneEndpoint",
 	"spec.api.sans":                                  "the Cluster's spec.controlPlaneEndpoint",
-	"spec.api.port":                                  "the Cluster's spec.clusterNetwork.apiServerPort (6443 when unset)",
+	"spec.api.port":                                  "the Cluster's spec.clusterNetwork.apiServerPort (the endpoint port when unset)",
 	"spec.network.podCIDR":                           "the Cluster's spec.clusterNetwork.pods.cidrBlocks",
 	"spec.network.serviceCIDR":                       "the Cluster's spec.clusterNetwork.services.cidrBlocks",
 	"spec.network.dualStack":                         "the Cluster's spec.clusterNetwork (dual-stack pods and services)",
@@ -91,7 +91,7 @@ func k0sClusterConfig(n *Node) (string, error) {
 	spec := map[string]any{
 		"api": map[string]any{
 			"externalAddress": n.k0sExternalAddress(),
-			"port":            int(n.Network.apiServerPort()),
+			"port":            int(n.apiServerPort()),
 			"sans":            []any{n.Endpoint.Host},
 		},
 		"storage": map[string]any{

@@ -37,7 +37,7 @@ func (b *builder) k3sServer() {
 		"--tls-san="+n.Endpoint.Host,
 		// The port on the node; the endpoint (often a load balancer) may
 		// listen on another one.
-		"--https-listen-port="+strconv.Itoa(int(n.Network.apiServerPort())),
+		"--https-listen-port="+strconv.Itoa(int(n.apiServerPort())),
 	)
 	args = append(args, n.k3sNetworkArgs()...)
 	if !n.SingleNode {

@@ -75,9 +75,9 @@ func (n *Node) validateNetwork(p *problems) {
 	if n.Role != RoleControlPlane {
 		return
 	}
-	if nw.apiServerPort() != n.Endpoint.Port && !atLeast(n.KubernetesVersion, k0sExternalHostPortVersion) {
+	if n.apiServerPort() != n.Endpoint.Port && !atLeast(n.KubernetesVersion, k0sExternalHostPortVersion) {
 		p.add("Network.APIServerPort", "the API servers listen on %d but the endpoint on %d: k0s before v1.34.1 sends kube-proxy and in-cluster clients to the endpoint host on port %d, which this load balancer does not answer; use k0s v1.34.1 or later, or make apiServerPort equal to the endpoint port",
-			nw.apiServerPort(), n.Endpoint.Port, nw.apiServerPort())
+			n.apiServerPort(), n.Endpoint.Port, n.apiServerPort())
 	}
 }
 
@@ -118,7 +118,7 @@ func (n *Node) k0sNetwork() map[string]any {
 // (k0s v1.34.1 and later, see k0sExternalHostPortVersion).
 func (n *Node) k0sExternalAddress() string {
 	e := n.Endpoint
-	if e.Port == n.Network.apiServerPort() {
+	if e.Port == n.apiServerPort() {
 		return e.Host
 	}
 	return net.JoinHostPort(e.Host, strconv.Itoa(int(e.Port)))

@@ -453,7 +453,7 @@ func TestK0sClusterConfig(t *testing.T) {
 		t.Fatalf("got %#v\n%s", got, conf)
 	}
 	for cfg, wantErr := range map[string]string{
-		"spec:\n  api:\n    port: 6443\n":         `Config: spec.api.port: is set from the Cluster's spec.clusterNetwork.apiServerPort (6443 when unset): remove it here`,
+		"spec:\n  api:\n    port: 6443\n":         `Config: spec.api.port: is set from the Cluster's spec.clusterNetwork.apiServerPort (the endpoint port when unset): remove it here`,
 		"spec:\n  api:\n    externalAddress: x\n": `Config: spec.api.externalAddress: is set from the Cluster's spec.controlPlaneEndpoint: remove it here`,
 		"spec:\n  api: []\n":                      `Config: spec.api: must be a mapping, not a list`,
 		"spec:\n  storage:\n    etcd:\n      extraArgs:\n        listen-client-urls: https://127.0.0.1:2379\n": `Config: spec.storage.etcd.extraArgs.listen-client-urls: is set from kairos-capi`,

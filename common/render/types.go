@@ -30,9 +30,8 @@ type Endpoint struct {
 // Network is the Cluster's network (Cluster API's spec.clusterNetwork).
 type Network struct {
 	// APIServerPort is the port the API servers bind to on the nodes; 0
-	// means DefaultAPIServerPort, Cluster API's documented default. The
-	// endpoint port may differ: a load balancer listening on 443 that
-	// forwards to 6443.
+	// means the endpoint's port (see Node.apiServerPort). The endpoint port
+	// may differ: a load balancer listening on 443 that forwards to 6443.
 	APIServerPort int32
 	// PodCIDRs and ServiceCIDRs hold one CIDR, or one IPv4 and one IPv6 CIDR
 	// (dual stack). Empty leaves the distribution's default.
@@ -42,17 +41,23 @@ type Network struct {
 	ServiceDomain string
 }
 
-// DefaultAPIServerPort is where API servers listen when the Cluster does not
-// say: Cluster API documents spec.clusterNetwork.apiServerPort as
-// "Defaults to 6443", and k0s and k3s use 6443 too.
-const DefaultAPIServerPort = 6443
-
-// apiServerPort returns the port API servers bind to.
-func (n Network) apiServerPort() int32 {
-	if n.APIServerPort == 0 {
-		return DefaultAPIServerPort
+// apiServerPort returns the port the API servers bind to: the Cluster's
+// apiServerPort, or, when it is unset, the endpoint's port.
+//
+// Cluster API documents apiServerPort as "Defaults to 6443" (kubeadm's bind
+// port). This provider keeps what it did before the field was read, binding
+// to the endpoint's port when the Cluster does not say: existing clusters
+// whose endpoint reaches the API servers directly on another port (a VIP, a
+// single node, the simulated infrastructure of the tests) keep working, and
+// k0s before v1.34.1, which cannot run behind a port-translating load
+// balancer, is not refused for clusters that never asked for one. A Cluster
+// behind a port-translating load balancer sets apiServerPort (6443 behind
+// 443, say).
+func (n *Node) apiServerPort() int32 {
+	if n.Network.APIServerPort == 0 {
+		return n.Endpoint.Port
 	}
-	return n.APIServerPort
+	return n.Network.APIServerPort
 }
 
 // User is an OS user created on the node.
