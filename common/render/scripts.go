@@ -52,8 +52,8 @@ func (b *builder) preflightScript() string {
 	s.Grow(1024)
 	s.WriteString(b.header("Refuses to let " + b.service + " start unless the node is what Cluster API asked for."))
 	s.WriteString(scriptPath)
+	s.WriteString("want=" + b.version + "\n")
 	s.WriteString("if [ ! -e " + BootstrapDoneMarker + " ]; then\n")
-	s.WriteString("  want=" + b.version + "\n")
 	if n.Distribution == K0s {
 		s.WriteString("  installed=$(k0s version 2>/dev/null | head -n 1)\n")
 	} else {
