@@ -76,7 +76,7 @@ var invalidCases = []struct {
 		s.Role = bootstrapv1.RoleWorker
 		s.Distribution = bootstrapv1.DistributionK3s
 		s.WorkerToken = "my-plain-token"
-	}, []string{"spec.workerToken", "k3s secure token", "<redacted>"}},
+	}, []string{"spec.workerToken", "k3s secure agent token", "<redacted>"}},
 	{"manifests on a worker", func(s *bootstrapv1.KairosConfigSpec) {
 		s.Role = bootstrapv1.RoleWorker
 		s.Manifests = []bootstrapv1.Manifest{{Name: "a.yaml", Content: "kind: ConfigMap"}}

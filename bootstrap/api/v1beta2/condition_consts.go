@@ -65,7 +65,7 @@ const (
 	WaitingForClusterCertificatesReason = "WaitingForClusterCertificates"
 
 	// WaitingForJoinTokenReason: the join credentials could not be produced yet (for example
-	// the workload cluster is not reachable, or the k3s cluster token does not exist).
+	// the workload cluster is not reachable, or the k3s tokens do not exist yet).
 	WaitingForJoinTokenReason = "WaitingForJoinToken"
 
 	// WaitingForReferencedSecretReason: a Secret referenced by the spec does not exist.

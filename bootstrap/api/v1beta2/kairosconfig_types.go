@@ -104,8 +104,10 @@ type KairosConfigSpec struct {
 	// +kubebuilder:validation:MaxLength=16384
 	SSHPublicKey string `json:"sshPublicKey,omitempty"`
 
-	// workerToken overrides the join token a worker uses (a k0s join token, or the k3s
-	// cluster token). Normally empty: the provider generates short-lived credentials.
+	// workerToken overrides the join token a worker uses (a k0s join token, or a k3s agent
+	// token K10<ca hash>::node:<password>; a k3s server token is refused, since whoever reads
+	// a worker's bootstrap data could join a server with it). Normally empty: the provider
+	// generates short-lived k0s credentials and hands k3s workers the cluster's agent token.
 	// Prefer workerTokenSecretRef, which keeps the token out of the object.
 	// +optional
 	// +kubebuilder:validation:MaxLength=16384
@@ -328,7 +330,7 @@ type CloudConfigFragment struct {
 // KairosConfigStatus is the observed state of a KairosConfig.
 type KairosConfigStatus struct {
 	// conditions represent the observations of the KairosConfig's state.
-	// Known condition types are Ready, DataSecretAvailable and Paused.
+	// Known condition types are Ready, DataSecretAvailable, JoinTokenAvailable and Paused.
 	// +optional
 	// +listType=map
 	// +listMapKey=type

@@ -137,7 +137,7 @@ func (s *KairosConfigSpec) validateWorkerToken(fld *field.Path) field.ErrorList 
 	}
 	if s.WorkerToken != "" && s.Distribution == DistributionK3s && !k3sTokenPattern.MatchString(strings.TrimSpace(s.WorkerToken)) {
 		errs = append(errs, field.Invalid(fld.Child("workerToken"), redacted,
-			"is not a k3s secure token (K10<sha256 of the server CA>::server:<password>, as in /var/lib/rancher/k3s/server/token), which lets the node verify the server: copy it from a server, or leave it empty to use the cluster's token"))
+			"is not a k3s secure agent token (K10<sha256 of the server CA>::node:<password>, as in /var/lib/rancher/k3s/server/agent-token), which lets the node verify the server: copy it from a server, or leave it empty to use the cluster's agent token"))
 	}
 	errs = append(errs, validateSecretRef(fld.Child("workerTokenSecretRef"), s.WorkerTokenSecretRef)...)
 	return errs

@@ -172,9 +172,9 @@ func validationCases() []validationCase {
 			s.WorkerToken = base64.StdEncoding.EncodeToString([]byte("plain text"))
 		}, []wantErr{e("spec.workerToken", field.ErrorTypeInvalid, "leave it empty to let the provider generate one")}},
 		{"k3s worker token not secure", wkK3s, func(s *bootstrapv1.KairosConfigSpec) { s.WorkerToken = "my-plain-token" },
-			[]wantErr{e("spec.workerToken", field.ErrorTypeInvalid, "not a k3s secure token", "copy it from a server")}},
+			[]wantErr{e("spec.workerToken", field.ErrorTypeInvalid, "not a k3s secure agent token", "copy it from a server")}},
 		{"k3s worker token with a short CA hash", wkK3s, func(s *bootstrapv1.KairosConfigSpec) { s.WorkerToken = "K10abc::server:x" },
-			[]wantErr{e("spec.workerToken", field.ErrorTypeInvalid, "k3s secure token")}},
+			[]wantErr{e("spec.workerToken", field.ErrorTypeInvalid, "k3s secure agent token")}},
 		{"worker token Secret name", wkK0s, func(s *bootstrapv1.KairosConfigSpec) { s.WorkerTokenSecretRef = secretRef("Tok!", "value") },
 			[]wantErr{e("spec.workerTokenSecretRef.name", field.ErrorTypeInvalid, "name of a Secret")}},
 		{"k0s worker token", wkK0s, func(s *bootstrapv1.KairosConfigSpec) { s.WorkerToken = validK0sToken }, nil},
