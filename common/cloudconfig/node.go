@@ -407,11 +407,7 @@ func usersOf(root *yaml.Node) []UserDefinition {
 	if stages == nil || stages.Kind != yaml.MappingNode {
 		return out
 	}
-	names := make([]int, 0, len(stages.Content)/2)
 	for i := 0; i+1 < len(stages.Content); i += 2 {
-		names = append(names, i)
-	}
-	for _, i := range names {
 		stage, steps := stages.Content[i].Value, resolve(stages.Content[i+1])
 		if steps.Kind != yaml.SequenceNode {
 			continue
