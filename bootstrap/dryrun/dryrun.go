@@ -43,21 +43,14 @@ var placeholders = sync.OnceValues(func() (*render.PKI, error) {
 // node would misread in an inline fragment, flags the provider manages or the role does not
 // take, manifests that are not Kubernetes objects, a k0s config k0s would refuse, conflicts
 // with what the provider generates. The same rules run again at render time, when the
-// content of referenced Secrets is known: here files and manifests from Secrets get
-// placeholder content, and fragments from Secrets are left out.
+// content of referenced Secrets is known: here files, manifests and fragments from Secrets get
+// placeholder content.
 func Render(spec *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	ph, err := placeholders()
 	if err != nil {
 		return field.ErrorList{field.InternalError(fld, fmt.Errorf("generating placeholder credentials: %w", err))}
 	}
 	spec = spec.DeepCopy()
-	fragments := spec.CloudConfigFragments[:0]
-	for _, f := range spec.CloudConfigFragments {
-		if f.ContentFrom == nil {
-			fragments = append(fragments, f)
-		}
-	}
-	spec.CloudConfigFragments = fragments
 
 	in := userdata.Inputs{
 		ClusterName:       "admission",
@@ -74,6 +67,13 @@ func Render(spec *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList
 	for _, m := range spec.Manifests {
 		if m.ContentFrom != nil {
 			in.Secrets[userdata.RefOf(m.ContentFrom)] = placeholderManifest
+		}
+	}
+	// Fragments from Secrets stay in place (as empty documents), so that the problems of the
+	// inline ones are reported at their own index.
+	for _, f := range spec.CloudConfigFragments {
+		if f.ContentFrom != nil {
+			in.Secrets[userdata.RefOf(f.ContentFrom)] = "#cloud-config\n"
 		}
 	}
 	switch {

@@ -539,3 +539,17 @@ func TestAdmissionErrorsNeverContainSecrets(t *testing.T) {
 		})
 	}
 }
+
+// TestDryRenderNamesTheFragmentIndex: a fragment read from a Secret (unknown at admission)
+// before an inline one does not shift the index an error names.
+func TestDryRenderNamesTheFragmentIndex(t *testing.T) {
+	spec := defaulted(controlPlane(bootstrapv1.DistributionK0s))
+	spec.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{
+		{Name: "from-secret", Position: bootstrapv1.FragmentAppend, ContentFrom: &bootstrapv1.SecretKeyReference{Name: "s", Key: "value"}},
+		{Name: "inline", Position: bootstrapv1.FragmentAppend, Content: "p2p:\n  auto: true\n"},
+	}
+	errs := dryrun.Render(spec, field.NewPath("spec"))
+	if len(errs) != 1 || errs[0].Field != "spec.cloudConfigFragments[1].content" || !strings.Contains(errs[0].Detail, `fragment "inline"`) {
+		t.Fatalf("errors = %v, want one on spec.cloudConfigFragments[1].content naming fragment \"inline\"", errs)
+	}
+}
