@@ -62,7 +62,7 @@ func (r *Reconciler) reconcilePrerequisites(_ context.Context, s *scope) (ctrl.R
 }
 
 // reconcileKubeconfig writes <cluster>-kubeconfig from the cluster CA with a short-lived client
-// certificate, and rotates it once a third of its lifetime is left. Nodes never send anything
+// certificate, and rotates it once half of its lifetime is left (a one-year certificate after six months, as kubeadm's control plane does). Nodes never send anything
 // back: the management cluster holds the CA, so it can always mint its own credentials.
 func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *scope) (ctrl.Result, error) {
 	validity := time.Duration(ptr.Deref(s.kcp.Spec.Kubeconfig.ClientCertificateValiditySeconds, controlplanev1.DefaultClientCertificateValiditySeconds)) * time.Second
@@ -83,7 +83,7 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *scope) (ctrl.Re
 	if existing != nil {
 		notAfter, err := kubeconfigNotAfter(existing.Data[secret.KubeconfigDataName])
 		if err == nil {
-			rotateAt = notAfter.Add(-validity / 3)
+			rotateAt = notAfter.Add(-validity / 2)
 		}
 		if err == nil && s.reconcileTime.Before(rotateAt) && kubeconfigMetadataCurrent(existing, s) {
 			return ctrl.Result{RequeueAfter: rotateAt.Sub(s.reconcileTime)}, nil
@@ -118,7 +118,7 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *scope) (ctrl.Re
 			return ctrl.Result{}, fmt.Errorf("creating the kubeconfig Secret: %w", err)
 		}
 		ctrl.LoggerFrom(ctx).Info("Created the kubeconfig Secret", "Secret", klog.KObj(desired))
-		return ctrl.Result{RequeueAfter: validity - validity/3}, nil
+		return ctrl.Result{RequeueAfter: validity / 2}, nil
 	}
 	patch := client.MergeFrom(existing.DeepCopy())
 	existing.Labels = mergeMaps(existing.Labels, desired.Labels)
@@ -130,7 +130,7 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *scope) (ctrl.Re
 	}
 	ctrl.LoggerFrom(ctx).Info("Rotated the kubeconfig client certificate", "Secret", klog.KObj(existing))
 	// Come back when the new certificate needs rotating: no other event may arrive before.
-	return ctrl.Result{RequeueAfter: validity - validity/3}, nil
+	return ctrl.Result{RequeueAfter: validity / 2}, nil
 }
 
 // kubeconfigMetadataCurrent reports whether the Secret carries the metadata the spec asks for.

@@ -63,7 +63,7 @@ func TestReconcileKubeconfigCreates(t *testing.T) {
 		validity *int32
 		want     time.Duration
 	}{
-		{name: "default validity", want: 24 * time.Hour},
+		{name: "default validity: one year", want: 365 * 24 * time.Hour},
 		{name: "custom validity", validity: ptr.To[int32](7200), want: 2 * time.Hour},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,7 +136,7 @@ func TestReconcileKubeconfigRotation(t *testing.T) {
 	}
 	first := e.getKubeconfig()
 	notAfter := clientCert(t, first).NotAfter
-	rotateAt := notAfter.Add(-validity / 3)
+	rotateAt := notAfter.Add(-validity / 2)
 
 	for _, tc := range []struct {
 		name   string
@@ -144,9 +144,9 @@ func TestReconcileKubeconfigRotation(t *testing.T) {
 		rotate bool
 	}{
 		{name: "right after issuing", at: time.Now()},
-		{name: "half way", at: notAfter.Add(-validity / 2)},
-		{name: "just before a third is left", at: rotateAt.Add(-time.Minute)},
-		{name: "a third left", at: rotateAt.Add(time.Second), rotate: true},
+		{name: "a third of the way", at: notAfter.Add(-validity * 2 / 3)},
+		{name: "just before half is left", at: rotateAt.Add(-time.Minute)},
+		{name: "half left", at: rotateAt.Add(time.Second), rotate: true},
 		{name: "expired", at: notAfter.Add(time.Hour), rotate: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -303,7 +303,9 @@ func TestReconcileKubeconfigCacheMiss(t *testing.T) {
 func TestReconcileKubeconfigErrors(t *testing.T) {
 	ctx := testContext(t)
 	t.Run("no cluster CA", func(t *testing.T) {
-		e := newFixture(t).build()
+		f := newFixture(t)
+		f.noPKI = true
+		e := f.build()
 		_, err := e.r.reconcileKubeconfig(ctx, e.scope(ctx))
 		if err == nil || !strings.Contains(err.Error(), "reading the cluster CA") {
 			t.Errorf("error = %v", err)

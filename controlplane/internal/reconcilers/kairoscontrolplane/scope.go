@@ -15,6 +15,7 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/collections"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
@@ -36,6 +37,12 @@ type scope struct {
 	// referenced template's; nil while the template cannot be read.
 	baseConfig *bootstrapv1.KairosConfigSpec
 
+	// etcd is what etcd itself said about its members, asked once per reconciliation once the
+	// control plane is initialized; nil before.
+	etcd *etcdState
+	// apiServed tells whether Cluster API's ClusterCache reaches the workload API server.
+	apiServed bool
+
 	// reconcileTime is "now" for every time comparison of this reconciliation.
 	reconcileTime time.Time
 
@@ -50,6 +57,8 @@ type scope struct {
 	preflightMessages   []string
 	remediationMessages []string
 	remediationReason   string
+	remediationRequeue  time.Duration
+	etcdCleanupMessages []string
 	deletingReason      string
 	deletingMessage     string
 }
@@ -57,6 +66,16 @@ type scope struct {
 // halt records what the control plane waits for and stops the remaining phases.
 func (s *scope) halt(format string, args ...any) {
 	s.halted, s.waitMessage = true, fmt.Sprintf(format, args...)
+}
+
+// remediation records what the remediation phase did or waits for, for the Remediating condition.
+func (s *scope) remediation(reason, format string, args ...any) {
+	s.remediationReason = reason
+	s.remediationMessages = append(s.remediationMessages, fmt.Sprintf(format, args...))
+}
+
+func machineReady(m *clusterv1.Machine) bool {
+	return conditions.IsTrue(m, clusterv1.MachineReadyCondition)
 }
 
 func (s *scope) clusterKey() client.ObjectKey {

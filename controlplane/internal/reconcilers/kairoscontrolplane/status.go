@@ -83,13 +83,77 @@ func updateStatus(ctx context.Context, s *scope) {
 		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotDeletingReason})
 	}
 
-	// Available: the API answers (initialized) and a majority of the desired control plane,
-	// hence of etcd, is available.
-	available := int(count(machines, clusterv1.MachineAvailableCondition))
-	quorum := desired/2 + 1
-	setCondition(kcp, controlplanev1.AvailableCondition, s.initialized() && available >= quorum && kcp.DeletionTimestamp.IsZero(),
-		controlplanev1.AvailableReason, controlplanev1.NotAvailableReason, "",
-		fmt.Sprintf("%d of %d control-plane Machines available, %d needed for etcd quorum", available, desired, quorum))
+	setEtcdClusterHealthyCondition(s)
+	setAvailableCondition(s)
+}
+
+// setEtcdClusterHealthyCondition summarizes etcd as its members report it: every member hosted
+// by a Machine and healthy, every settled Machine hosting a member.
+func setEtcdClusterHealthyCondition(s *scope) {
+	c := metav1.Condition{Type: controlplanev1.EtcdClusterHealthyCondition}
+	switch {
+	case s.etcd == nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, controlplanev1.EtcdClusterHealthUnknownReason, "Waiting for the control plane to be initialized"
+		if !s.kcp.DeletionTimestamp.IsZero() {
+			c.Message = "The control plane is being deleted"
+		}
+	case !s.etcd.known():
+		c.Status, c.Reason = metav1.ConditionUnknown, controlplanev1.EtcdClusterHealthUnknownReason
+		c.Message = fmt.Sprintf("No control-plane node answered a quorum read of etcd's member list: %v", s.etcd.err)
+	default:
+		var problems []string
+		for _, m := range s.machines.SortedByCreationTimestamp() {
+			if cond := etcdMemberCondition(s, m); cond.Status == metav1.ConditionFalse && cond.Reason != controlplanev1.EtcdMemberDeletingReason {
+				problems = append(problems, fmt.Sprintf("Machine %s: %s", m.Name, cond.Message))
+			}
+		}
+		problems = append(problems, s.etcdProblems()...)
+		problems = append(problems, s.etcdCleanupMessages...)
+		if len(problems) > 0 {
+			c.Status, c.Reason, c.Message = metav1.ConditionFalse, controlplanev1.EtcdClusterNotHealthyReason, bullets(dedupe(problems))
+		} else {
+			c.Status, c.Reason = metav1.ConditionTrue, controlplanev1.EtcdClusterHealthyReason
+		}
+	}
+	conditions.Set(s.kcp, c)
+}
+
+// setAvailableCondition: the control plane is available when its API is served and etcd has
+// quorum (a majority of its voting members healthy), whatever the replica count says: a 1 -> 3
+// scale-up keeps it available, a lost quorum does not.
+func setAvailableCondition(s *scope) {
+	var problems []string
+	if !s.initialized() {
+		problems = append(problems, "Waiting for the first control-plane node to serve the API")
+	} else {
+		if !s.apiServed {
+			problems = append(problems, "The workload cluster's API server does not answer Cluster API's health probes")
+		}
+		switch healthy, voting, ok := s.etcd.quorum(); {
+		case s.etcd == nil:
+			problems = append(problems, "etcd's health is not known yet")
+		case !s.etcd.known():
+			problems = append(problems, fmt.Sprintf("etcd has no quorum: no control-plane node answered a quorum read (%v)", s.etcd.err))
+		case !ok:
+			problems = append(problems, fmt.Sprintf("etcd has no quorum: %d of %d voting members are healthy, %d needed", healthy, voting, voting/2+1))
+		}
+	}
+	if !s.kcp.DeletionTimestamp.IsZero() {
+		problems = append(problems, "The control plane is being deleted")
+	}
+	c := metav1.Condition{Type: controlplanev1.AvailableCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.AvailableReason}
+	if len(problems) > 0 {
+		c = metav1.Condition{Type: controlplanev1.AvailableCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotAvailableReason, Message: bullets(problems)}
+	}
+	conditions.Set(s.kcp, c)
+}
+
+// bullets formats messages the way Cluster API aggregates them: one "* " line each.
+func bullets(msgs []string) string {
+	if len(msgs) == 1 {
+		return msgs[0]
+	}
+	return "* " + strings.Join(msgs, "\n* ")
 }
 
 // blockers lists what holds the control plane back, for the scaling conditions.
