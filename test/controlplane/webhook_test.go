@@ -371,7 +371,6 @@ func TestDefaultsAndWarnings(t *testing.T) {
 		t.Errorf("replica warning for one replica: %q", collector.List())
 	}
 
-
 	// Warnings on update, too.
 	collector.Reset()
 	odd := kcp(ns, "odd", validSpec())

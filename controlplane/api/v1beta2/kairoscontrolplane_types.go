@@ -33,8 +33,8 @@ const RollingUpdateStrategyType RolloutStrategyType = "RollingUpdate"
 
 // Defaults applied by the KairosControlPlane webhook.
 const (
-	DefaultReplicas                         = int32(1)
-	DefaultMaxSurge                         = 1
+	DefaultReplicas = int32(1)
+	DefaultMaxSurge = 1
 	// DefaultClientCertificateValiditySeconds is one year, as kubeadm's control plane: every
 	// rotation makes Cluster API's ClusterCache reconnect to the workload cluster.
 	DefaultClientCertificateValiditySeconds = int32(365 * 24 * 60 * 60)

@@ -32,7 +32,7 @@ func TestReconcileReplicas(t *testing.T) {
 			setup:       func(f *fixture) { f.notInitialized() },
 			wantCreated: 1, wantHalted: true, wantWait: "created a control-plane Machine"},
 		{name: "no Machines and initialized (all were lost): creates one without preflight",
-			setup: func(f *fixture) {},
+			setup:       func(f *fixture) {},
 			wantCreated: 1, wantHalted: true},
 		{name: "first Machine not initialized yet: waits",
 			setup: func(f *fixture) {
