@@ -480,7 +480,7 @@ func (f *fixture) build() *env {
 	wc := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(wobjs...).Build()
 	cache := &stubClusterCache{client: wc, err: f.workloadErr, apiDown: f.apiDown}
 	rc := &recordingController{FakeController: capicontrollerutil.NewFakeController()}
-	r := &Reconciler{Client: c, APIReader: c, ClusterCache: cache, controller: rc,
+	r := &Reconciler{Client: c, APIReader: c, ClusterCache: cache, controller: rc, HealthInterval: defaultHealthInterval,
 		machineDeleter: capicontrollerutil.NewClientWithDeleteResponseFromClient(c), etcdDialers: f.etcd.factory()}
 	return &env{fixture: f, c: c, wc: wc, cache: cache, r: r, ctrl: rc}
 }

@@ -59,6 +59,9 @@ type Reconciler struct {
 	ClusterCache clustercache.ClusterCache
 	// WatchFilterValue restricts reconciliation to objects carrying this watch-filter label.
 	WatchFilterValue string
+	// HealthInterval is how often a control plane with Machines is looked at when nothing else
+	// happens: etcd's health is not something a watch reports. Default: defaultHealthInterval.
+	HealthInterval time.Duration
 
 	// controller defers the next reconciliation until the cache has seen what this one wrote, so
 	// that a Machine just created or deleted is never missed (which could create a second surge
@@ -72,9 +75,8 @@ type Reconciler struct {
 	applied appliedStates
 }
 
-// healthRequeue is how often a control plane with Machines is looked at when nothing else
-// happens: etcd's health is not something a watch reports.
-const healthRequeue = time.Minute
+// defaultHealthInterval is the default HealthInterval.
+const defaultHealthInterval = time.Minute
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
@@ -104,6 +106,9 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	if r.etcdDialers == nil {
 		r.etcdDialers = newEtcdDialerFactory()
+	}
+	if r.HealthInterval <= 0 {
+		r.HealthInterval = defaultHealthInterval
 	}
 	return nil
 }
@@ -264,7 +269,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		}
 	}
 	if s.machines.Len() > 0 {
-		res = util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: healthRequeue})
+		res = util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: r.HealthInterval})
 	}
 	return res, nil
 }

@@ -266,7 +266,7 @@ func TestReconcileNormalPhasesCombineRequeues(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Nothing to do but look at etcd's health again.
-	if res.RequeueAfter != healthRequeue || s.halted {
+	if res.RequeueAfter != e.r.HealthInterval || s.halted {
 		t.Errorf("settled control plane: result %+v, halted %v %q", res, s.halted, s.waitMessage)
 	}
 	// A Machine deleting: the hook phase asks for a short requeue and halts.
