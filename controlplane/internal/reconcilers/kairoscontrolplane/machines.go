@@ -166,16 +166,19 @@ func (r *Reconciler) cleanup(ctx context.Context, objs ...client.Object) error {
 }
 
 // apiVersionFor resolves the API version of a kind the way Cluster API does: from the contract
-// label of its CRD, picking the last version listed for the current contract.
+// label of its CRD, picking the last version listed for the current contract. (Cluster API's
+// own helper for this is internal; external.GetObjectFromContractVersionedRef uses it to read
+// objects, but cloning a template needs the version first.)
 func apiVersionFor(ctx context.Context, c client.Reader, gk schema.GroupKind) (string, error) {
 	crd := &metav1.PartialObjectMetadata{}
 	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
 	if err := c.Get(ctx, client.ObjectKey{Name: contract.CalculateCRDName(gk.Group, gk.Kind)}, crd); err != nil {
 		return "", fmt.Errorf("reading the CRD of %s: %w", gk, err)
 	}
-	versions := crd.Labels["cluster.x-k8s.io/v1beta2"]
+	versions := crd.Labels[clusterv1.GroupVersion.Group+"/"+clusterv1.GroupVersion.Version]
 	if versions == "" {
-		return "", fmt.Errorf("the CRD of %s has no cluster.x-k8s.io/v1beta2 contract label: is its provider compatible with the v1beta2 contract?", gk)
+		return "", fmt.Errorf("the CRD of %s has no %s/%s contract label: is its provider compatible with the %s contract?",
+			gk, clusterv1.GroupVersion.Group, clusterv1.GroupVersion.Version, clusterv1.GroupVersion.Version)
 	}
 	parts := strings.Split(versions, "_")
 	return schema.GroupVersion{Group: gk.Group, Version: parts[len(parts)-1]}.String(), nil
@@ -420,15 +423,7 @@ func (r *Reconciler) setMachineConditions(ctx context.Context, s *scope, m *clus
 
 // infraMachine reads a Machine's infrastructure machine, or nil when it does not exist (yet).
 func (r *Reconciler) infraMachine(ctx context.Context, m *clusterv1.Machine) (*unstructured.Unstructured, error) {
-	ref := m.Spec.InfrastructureRef
-	apiVersion, err := apiVersionFor(ctx, r.Client, ref.GroupKind())
-	if err != nil {
-		return nil, err
-	}
-	infra := &unstructured.Unstructured{}
-	infra.SetAPIVersion(apiVersion)
-	infra.SetKind(ref.Kind)
-	err = r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}, infra)
+	infra, err := external.GetObjectFromContractVersionedRef(ctx, r.Client, m.Spec.InfrastructureRef, m.Namespace)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}
