@@ -19,10 +19,26 @@ import (
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 
-// updateStatus derives the whole status from the Machines and what the phases observed.
+// updateStatus derives the whole status from the Machines and what the phases observed: the
+// counters, then one setter per condition.
 func updateStatus(ctx context.Context, s *scope) {
-	kcp := s.kcp
-	machines := s.machines
+	setReplicas(s)
+	setInitializedCondition(s)
+	setCertificatesAvailableCondition(s)
+	setMachinesReadyCondition(ctx, s)
+	setMachinesUpToDateCondition(ctx, s)
+	setRollingOutCondition(s)
+	setScalingUpCondition(s)
+	setScalingDownCondition(s)
+	setRemediatingCondition(s)
+	setDeletingCondition(s)
+	setEtcdClusterHealthyCondition(s)
+	setAvailableCondition(s)
+}
+
+// setReplicas sets the replica counters, the versions and the scale selector.
+func setReplicas(s *scope) {
+	kcp, machines := s.kcp, s.machines
 	kcp.Status.Selector = selector(s).String()
 	kcp.Status.Replicas = ptr.To(int32(machines.Len()))
 	kcp.Status.ReadyReplicas = ptr.To(count(machines, clusterv1.MachineReadyCondition))
@@ -35,56 +51,91 @@ func updateStatus(ctx context.Context, s *scope) {
 	}
 	kcp.Status.UpToDateReplicas = ptr.To(upToDate)
 	kcp.Status.Versions, kcp.Status.Version = versions(machines)
+}
 
-	setCondition(kcp, controlplanev1.InitializedCondition, s.initialized(), controlplanev1.InitializedReason, controlplanev1.NotInitializedReason,
-		"", "waiting for the first control-plane node to serve the API")
-	certMsg := ""
+func setInitializedCondition(s *scope) {
+	c := metav1.Condition{Type: controlplanev1.InitializedCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.InitializedReason}
+	if !s.initialized() {
+		c = metav1.Condition{Type: controlplanev1.InitializedCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotInitializedReason,
+			Message: "waiting for the first control-plane node to serve the API"}
+	}
+	conditions.Set(s.kcp, c)
+}
+
+func setCertificatesAvailableCondition(s *scope) {
+	c := metav1.Condition{Type: controlplanev1.CertificatesAvailableCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.CertificatesAvailableReason}
 	if s.certificatesErr != nil {
-		certMsg = "cannot create or read the cluster certificates; see the controller logs"
+		// The error may name Secrets and keys; its details go to the log only.
+		c = metav1.Condition{Type: controlplanev1.CertificatesAvailableCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.CertificatesInternalErrorReason,
+			Message: "cannot create or read the cluster certificates; see the controller logs"}
 	}
-	setCondition(kcp, controlplanev1.CertificatesAvailableCondition, s.certificatesErr == nil,
-		controlplanev1.CertificatesAvailableReason, controlplanev1.CertificatesInternalErrorReason, "", certMsg)
-	setAggregate(ctx, kcp, machines, clusterv1.MachineReadyCondition, controlplanev1.MachinesReadyCondition,
+	conditions.Set(s.kcp, c)
+}
+
+func setMachinesReadyCondition(ctx context.Context, s *scope) {
+	setAggregate(ctx, s.kcp, s.machines, clusterv1.MachineReadyCondition, controlplanev1.MachinesReadyCondition,
 		controlplanev1.NotReadyReason, controlplanev1.ReadyUnknownReason, controlplanev1.ReadyReason)
-	setAggregate(ctx, kcp, machines, clusterv1.MachineUpToDateCondition, controlplanev1.MachinesUpToDateCondition,
+}
+
+func setMachinesUpToDateCondition(ctx context.Context, s *scope) {
+	setAggregate(ctx, s.kcp, s.machines, clusterv1.MachineUpToDateCondition, controlplanev1.MachinesUpToDateCondition,
 		controlplanev1.NotUpToDateReason, controlplanev1.UpToDateUnknownReason, controlplanev1.UpToDateReason)
+}
 
-	active := machines.Filter(collections.ActiveMachines)
-	desired := s.desiredReplicas()
+// setRollingOutCondition lists the outdated Machines and why, and what holds the rollout back.
+func setRollingOutCondition(s *scope) {
 	outdated, reasons := s.outdatedMachines()
-	var rolloutMsgs []string
-	for _, m := range outdated.SortedByCreationTimestamp() {
-		rolloutMsgs = append(rolloutMsgs, fmt.Sprintf("Machine %s: %s", m.Name, strings.Join(reasons[m.Name], ", ")))
+	c := metav1.Condition{Type: controlplanev1.RollingOutCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotRollingOutReason}
+	if outdated.Len() > 0 {
+		var msgs []string
+		for _, m := range outdated.SortedByCreationTimestamp() {
+			msgs = append(msgs, fmt.Sprintf("Machine %s: %s", m.Name, strings.Join(reasons[m.Name], ", ")))
+		}
+		c = metav1.Condition{Type: controlplanev1.RollingOutCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.RollingOutReason,
+			Message: bullets(append(msgs, s.preflightMessages...))}
 	}
-	setCondition(kcp, controlplanev1.RollingOutCondition, outdated.Len() > 0, controlplanev1.RollingOutReason, controlplanev1.NotRollingOutReason,
-		strings.Join(append(rolloutMsgs, s.preflightMessages...), "\n"), "")
+	conditions.Set(s.kcp, c)
+}
 
-	blocked := strings.Join(s.blockers(), "\n")
-	setCondition(kcp, controlplanev1.ScalingUpCondition, active.Len() < desired, controlplanev1.ScalingUpReason, controlplanev1.NotScalingUpReason,
-		joinLines(fmt.Sprintf("scaling up from %d to %d replicas", active.Len(), desired), blocked), "")
-	setCondition(kcp, controlplanev1.ScalingDownCondition, active.Len() > desired, controlplanev1.ScalingDownReason, controlplanev1.NotScalingDownReason,
-		joinLines(fmt.Sprintf("scaling down from %d to %d replicas", active.Len(), desired), blocked), "")
+func setScalingUpCondition(s *scope) {
+	active, desired := s.activeMachines().Len(), s.desiredReplicas()
+	c := metav1.Condition{Type: controlplanev1.ScalingUpCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotScalingUpReason}
+	if active < desired {
+		c = metav1.Condition{Type: controlplanev1.ScalingUpCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.ScalingUpReason,
+			Message: bullets(append([]string{fmt.Sprintf("scaling up from %d to %d replicas", active, desired)}, s.blockers()...))}
+	}
+	conditions.Set(s.kcp, c)
+}
 
+func setScalingDownCondition(s *scope) {
+	active, desired := s.activeMachines().Len(), s.desiredReplicas()
+	c := metav1.Condition{Type: controlplanev1.ScalingDownCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotScalingDownReason}
+	if active > desired {
+		c = metav1.Condition{Type: controlplanev1.ScalingDownCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.ScalingDownReason,
+			Message: bullets(append([]string{fmt.Sprintf("scaling down from %d to %d replicas", active, desired)}, s.blockers()...))}
+	}
+	conditions.Set(s.kcp, c)
+}
+
+func setRemediatingCondition(s *scope) {
+	c := metav1.Condition{Type: controlplanev1.RemediatingCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotRemediatingReason}
 	if s.remediationReason != "" {
-		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.RemediatingCondition, Status: metav1.ConditionTrue,
-			Reason: s.remediationReason, Message: strings.Join(s.remediationMessages, "\n")})
-	} else {
-		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.RemediatingCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotRemediatingReason})
+		c = metav1.Condition{Type: controlplanev1.RemediatingCondition, Status: metav1.ConditionTrue, Reason: s.remediationReason,
+			Message: bullets(s.remediationMessages)}
 	}
+	conditions.Set(s.kcp, c)
+}
 
-	if !kcp.DeletionTimestamp.IsZero() {
+func setDeletingCondition(s *scope) {
+	c := metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotDeletingReason}
+	if !s.kcp.DeletionTimestamp.IsZero() {
 		reason := s.deletingReason
 		if reason == "" { // deletion failed before it could say what it waits for
 			reason = controlplanev1.DeletingReason
 		}
-		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionTrue,
-			Reason: reason, Message: s.deletingMessage})
-	} else {
-		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotDeletingReason})
+		c = metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionTrue, Reason: reason, Message: s.deletingMessage}
 	}
-
-	setEtcdClusterHealthyCondition(s)
-	setAvailableCondition(s)
+	conditions.Set(s.kcp, c)
 }
 
 // setEtcdClusterHealthyCondition summarizes etcd as its members report it: every member hosted
@@ -167,20 +218,7 @@ func (s *scope) blockers() []string {
 	return out
 }
 
-func joinLines(head, tail string) string {
-	if tail == "" {
-		return head
-	}
-	return head + "\n" + tail
-}
 
-func setCondition(kcp *controlplanev1.KairosControlPlane, typ string, ok bool, trueReason, falseReason, trueMsg, falseMsg string) {
-	c := metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: trueReason, Message: trueMsg}
-	if !ok {
-		c = metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: falseReason, Message: falseMsg}
-	}
-	conditions.Set(kcp, c)
-}
 
 // setAggregate summarizes one condition of every Machine into a control-plane condition.
 func setAggregate(ctx context.Context, kcp *controlplanev1.KairosControlPlane, machines collections.Machines, source, target, falseReason, unknownReason, trueReason string) {

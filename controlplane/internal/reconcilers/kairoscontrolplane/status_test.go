@@ -259,9 +259,9 @@ func TestUpdateStatusConditions(t *testing.T) {
 			},
 			want: map[string]want{
 				controlplanev1.RollingOutCondition: {metav1.ConditionTrue, controlplanev1.RollingOutReason,
-					"Machine m1: version v1.31.2, want v1.32.0\nMachine m2: version v1.31.2, want v1.32.0\nMachine m3: version v1.31.2, want v1.32.0\nMachine m4 is not ready"},
+					"* Machine m1: version v1.31.2, want v1.32.0\n* Machine m2: version v1.31.2, want v1.32.0\n* Machine m3: version v1.31.2, want v1.32.0\n* Machine m4 is not ready"},
 				controlplanev1.ScalingDownCondition: {metav1.ConditionTrue, controlplanev1.ScalingDownReason,
-					"scaling down from 4 to 3 replicas\npreflight checks failed: Machine m4 is not ready"},
+					"* scaling down from 4 to 3 replicas\n* preflight checks failed: Machine m4 is not ready"},
 				controlplanev1.ScalingUpCondition: {metav1.ConditionFalse, controlplanev1.NotScalingUpReason, ""},
 			}},
 		{name: "scaling up, blocked by a missing infrastructure template",
@@ -273,7 +273,7 @@ func TestUpdateStatusConditions(t *testing.T) {
 			},
 			want: map[string]want{
 				controlplanev1.ScalingUpCondition: {metav1.ConditionTrue, controlplanev1.ScalingUpReason,
-					"scaling up from 1 to 3 replicas\nTestMachineTemplate y does not exist"},
+					"* scaling up from 1 to 3 replicas\n* TestMachineTemplate y does not exist"},
 			}},
 		{name: "scaling down, blocked by preflight",
 			setup: func(f *fixture) {
@@ -286,7 +286,7 @@ func TestUpdateStatusConditions(t *testing.T) {
 			},
 			want: map[string]want{
 				controlplanev1.ScalingDownCondition: {metav1.ConditionTrue, controlplanev1.ScalingDownReason,
-					"scaling down from 2 to 1 replicas\npreflight checks failed: removing Machine m1 would lose etcd quorum"},
+					"* scaling down from 2 to 1 replicas\n* preflight checks failed: removing Machine m1 would lose etcd quorum"},
 			}},
 		{name: "deleting Machines do not count as active for scaling",
 			setup: func(f *fixture) {
@@ -301,7 +301,7 @@ func TestUpdateStatusConditions(t *testing.T) {
 				s.remediationReason = controlplanev1.RemediationBlockedQuorumReason
 				s.remediationMessages = []string{"first", "second"}
 			},
-			want: map[string]want{controlplanev1.RemediatingCondition: {metav1.ConditionTrue, controlplanev1.RemediationBlockedQuorumReason, "first\nsecond"}}},
+			want: map[string]want{controlplanev1.RemediatingCondition: {metav1.ConditionTrue, controlplanev1.RemediationBlockedQuorumReason, "* first\n* second"}}},
 		{name: "certificates failed",
 			observe: func(s *scope) { s.certificatesErr = errors.New("boom") },
 			want: map[string]want{controlplanev1.CertificatesAvailableCondition: {metav1.ConditionFalse, controlplanev1.CertificatesInternalErrorReason,
