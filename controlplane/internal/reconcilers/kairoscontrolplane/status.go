@@ -218,8 +218,6 @@ func (s *scope) blockers() []string {
 	return out
 }
 
-
-
 // setAggregate summarizes one condition of every Machine into a control-plane condition.
 func setAggregate(ctx context.Context, kcp *controlplanev1.KairosControlPlane, machines collections.Machines, source, target, falseReason, unknownReason, trueReason string) {
 	if machines.Len() == 0 {
