@@ -103,8 +103,8 @@ var Sources = map[string]Source{
 // components when it installs them (init, upgrade).
 func ClusterctlLabels(provider string) map[string]string {
 	return map[string]string{
-		"clusterctl.cluster.x-k8s.io":    "",
-		clusterv1.ProviderNameLabel: "infrastructure-" + provider,
+		"clusterctl.cluster.x-k8s.io": "",
+		clusterv1.ProviderNameLabel:   "infrastructure-" + provider,
 	}
 }
 
