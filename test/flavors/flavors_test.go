@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spf13/viper"
 	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -186,27 +187,7 @@ func passes() []pass {
 func render(t *testing.T, file, ns string, values map[string]string) (clusterctl.Template, error) {
 	t.Helper()
 	ctx := context.Background()
-	t.Setenv("HOME", t.TempDir())
-	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
-	cfg := filepath.Join(t.TempDir(), "clusterctl.yaml")
-	if err := os.WriteFile(cfg, []byte("providers: []\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	newClient := func() clusterctl.Client {
-		c, err := clusterctl.New(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	path := filepath.Join(templates, file)
-	listed, err := newClient().GetClusterTemplate(ctx, clusterctl.GetClusterTemplateOptions{
-		ClusterName: "x", TargetNamespace: ns, ListVariablesOnly: true, URLSource: &clusterctl.URLSourceOptions{URL: path},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	for name := range listed.VariableMap() {
+	for name := range listVariables(t, file, ns) {
 		if v, ok := values[name]; ok {
 			t.Setenv(name, v)
 		} else {
@@ -218,7 +199,7 @@ func render(t *testing.T, file, ns string, values map[string]string) (clusterctl
 		ClusterName:       values["CLUSTER_NAME"],
 		TargetNamespace:   ns,
 		KubernetesVersion: values["KUBERNETES_VERSION"],
-		URLSource:         &clusterctl.URLSourceOptions{URL: path},
+		URLSource:         &clusterctl.URLSourceOptions{URL: filepath.Join(templates, file)},
 	}
 	for name, field := range map[string]**int64{"CONTROL_PLANE_MACHINE_COUNT": &opts.ControlPlaneMachineCount, "WORKER_MACHINE_COUNT": &opts.WorkerMachineCount} {
 		if v, ok := values[name]; ok {
@@ -229,7 +210,41 @@ func render(t *testing.T, file, ns string, values map[string]string) (clusterctl
 			*field = &n
 		}
 	}
-	return newClient().GetClusterTemplate(ctx, opts)
+	return newClusterctl(t).GetClusterTemplate(ctx, opts)
+}
+
+// newClusterctl returns a clusterctl client that reads no user configuration and remembers
+// nothing of earlier renders: clusterctl keeps its variables in viper's global instance, so
+// a KUBERNETES_VERSION or machine count set for one render would otherwise leak into the
+// next (one clusterctl command per process never notices).
+func newClusterctl(t *testing.T) clusterctl.Client {
+	t.Helper()
+	viper.Reset()
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	cfg := filepath.Join(t.TempDir(), "clusterctl.yaml")
+	if err := os.WriteFile(cfg, []byte("providers: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := clusterctl.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// listVariables returns a flavor's variables and their defaults (nil: required), as
+// `clusterctl generate cluster --list-variables` does.
+func listVariables(t *testing.T, file, ns string) map[string]*string {
+	t.Helper()
+	listed, err := newClusterctl(t).GetClusterTemplate(context.Background(), clusterctl.GetClusterTemplateOptions{
+		ClusterName: "x", TargetNamespace: ns, ListVariablesOnly: true,
+		URLSource: &clusterctl.URLSourceOptions{URL: filepath.Join(templates, file)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return listed.VariableMap()
 }
 
 func sortedFlavors() []string {
@@ -311,6 +326,35 @@ func checkFlavor(t *testing.T, flavor string, infra repo.Infrastructure, p *prov
 	for name, d := range distributions(objs) {
 		if d != wantDistribution {
 			t.Errorf("%s: distribution %s, want %s", name, d, wantDistribution)
+		}
+	}
+	// Machine counts come from the variables of this render only.
+	count := func(name, def string) string {
+		if v, ok := ps.values[name]; ok {
+			return v
+		}
+		return def
+	}
+	wantCP, wantWorkers := count("CONTROL_PLANE_MACHINE_COUNT", "1"), count("WORKER_MACHINE_COUNT", "0")
+	if flavor == "ha" {
+		wantCP = count("KAIROS_HA_CONTROL_PLANE_MACHINE_COUNT", "3")
+	}
+	for _, o := range objs {
+		var got []any
+		switch o.GetKind() {
+		case "KairosControlPlane":
+			r, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas")
+			got = []any{r, wantCP}
+		case "MachineDeployment":
+			r, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "replicas")
+			got = []any{r, wantWorkers}
+		case "Cluster":
+			if r, found, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "topology", "controlPlane", "replicas"); found {
+				got = []any{r, wantCP}
+			}
+		}
+		if len(got) == 2 && fmt.Sprint(got[0]) != got[1] {
+			t.Errorf("%s %s: replicas %v, want %v", o.GetKind(), o.GetName(), got[0], got[1])
 		}
 	}
 
