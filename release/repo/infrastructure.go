@@ -89,8 +89,8 @@ func SandboxFlavors() []string {
 	return out
 }
 
-// sandboxVariables are the variables only the sandbox flavors may use: a flavor for a real
-// infrastructure fixes its kinds.
+// sandboxVariablePrefix starts the variables only the sandbox flavors may use: a flavor for a
+// real infrastructure fixes its kinds.
 const sandboxVariablePrefix = "KAIROS_INFRA_"
 
 // checkTemplateInfrastructure checks, on a template rendered with default values, that
