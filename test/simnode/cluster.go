@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +23,8 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/kairos-capi/kairos-capi/common/pki"
 	"github.com/kairos-capi/kairos-capi/common/render"
@@ -48,31 +49,43 @@ type Cluster struct {
 	// single is k0s --single: the controller refuses every join.
 	single bool
 
-	etcd, apiserver *process
-	config          *rest.Config
-	client          client.Client
-	kube            kubernetes.Interface
+	apiserver *process
+	config    *rest.Config
+	client    client.Client
+	kube      kubernetes.Interface
+
+	// init is the node that started the cluster: its retried boots reuse the cluster.
+	init *Node
+	// etcdLB is how the API server reaches etcd: any member that accepts connections.
+	etcdLB         *etcdBalancer
+	etcdClientOnce sync.Once
+	etcdCli        *clientv3.Client
+	etcdClientErr  error
 
 	crdOnce sync.Once
 	crdErr  error
 
-	mu      sync.Mutex
-	members map[string]*EtcdMember
+	mu sync.Mutex
+	// servers are the control-plane nodes' etcd members, by member name.
+	servers map[string]*etcdServer
 	stopped bool
 	cancel  context.CancelFunc
 	loop    chan struct{}
 }
 
-// EtcdMember is one member of a simulated cluster's etcd.
+// EtcdMember is one member of a simulated cluster's etcd, as etcd's member list has it.
 type EtcdMember struct {
-	// Name is the etcd member name: the node name for k0s, <node name>-<8 hex> for k3s.
+	// Name is the etcd member name: the node name for k0s, <node name>-<8 hex> for k3s; empty
+	// for a member that was added but never started.
 	Name string
 	// NodeName is the Node of the server running the member.
 	NodeName string
 	// MemberID is the member's id in hex.
 	MemberID string
-	// PeerAddress is the member's (simulated, unique) peer IP address.
+	// PeerAddress is the host of the member's peer URL: its node's address.
 	PeerAddress string
+	// IsLearner tells a learner (a k3s server that has not caught up yet).
+	IsLearner bool
 }
 
 // Endpoint is host:port of the cluster's API server.
@@ -95,22 +108,20 @@ func (c *Cluster) Running() bool {
 	return !c.stopped && !c.apiserver.exited()
 }
 
-// EtcdMembers lists the current members of the cluster's etcd, by name. A member that left
-// (k0s EtcdMember spec.leave, k3s etcd.k3s.cattle.io/remove) is no longer listed.
+// EtcdMembers lists the current members of the cluster's etcd, by name, as etcd's own member
+// list (read with quorum) has them; nil when etcd cannot answer. A member that left (k0s
+// EtcdMember spec.leave, k3s etcd.k3s.cattle.io/remove) is no longer listed.
 func (c *Cluster) EtcdMembers() []EtcdMember {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]EtcdMember, 0, len(c.members))
-	for _, m := range c.members {
-		out = append(out, *m)
+	members, err := c.etcdMembers(context.Background())
+	if err != nil {
+		return nil
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	return members
 }
 
-// startCluster starts the workload API server of an init node. The node's PKI is copied to
-// the cluster's own directory: the server outlives the node.
-func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, cp *clusterPKI) (*Cluster, error) {
+// startCluster starts the workload cluster of an init node: its etcd member, then the API
+// server. The node's PKI is copied to the cluster's own directory: the server outlives the node.
+func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, cp *clusterPKI, init *etcdServer) (*Cluster, error) {
 	host, portStr, err := net.SplitHostPort(endpoint)
 	if err != nil {
 		return nil, err
@@ -124,8 +135,8 @@ func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, c
 		return nil, err
 	}
 	c := &Cluster{
-		reg: r, endpoint: endpoint, distribution: p.distribution, dir: dir, pki: cp,
-		members: map[string]*EtcdMember{}, loop: make(chan struct{}),
+		reg: r, endpoint: endpoint, distribution: p.distribution, dir: dir, pki: cp, init: init.node,
+		servers: map[string]*etcdServer{}, loop: make(chan struct{}),
 		single: p.distribution == render.K0s && p.flags.bool("single"),
 	}
 	if p.distribution == render.K3s {
@@ -138,7 +149,7 @@ func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, c
 		}
 		c.k3sToken, c.k3sEtcd = t, p.flags.bool("cluster-init")
 	}
-	if err := c.start(ctx, host, port); err != nil {
+	if err := c.start(ctx, host, port, init); err != nil {
 		c.stopProcesses()
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -151,8 +162,9 @@ func (c *Cluster) write(name string, data []byte) (string, error) {
 	return path, os.WriteFile(path, data, 0o600)
 }
 
-// start runs etcd and kube-apiserver and waits until the API server is ready.
-func (c *Cluster) start(ctx context.Context, host string, port int) error {
+// start runs the init node's etcd member and kube-apiserver and waits until the API server is
+// ready.
+func (c *Cluster) start(ctx context.Context, host string, port int, init *etcdServer) error {
 	assets := c.reg.assets
 	cp := c.pki
 	files := map[string][]byte{
@@ -171,7 +183,6 @@ func (c *Cluster) start(ctx context.Context, host string, port int) error {
 		{"serving", cp.serverCA, true, "kube-apiserver", nil, []string{
 			host, "127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local", "10.96.0.1"}},
-		{"etcd-server", cp.etcdCA, true, "etcd", nil, []string{"127.0.0.1", "localhost"}},
 		{"apiserver-etcd-client", cp.etcdCA, false, "kube-apiserver-etcd-client", nil, nil},
 		{"front-proxy-client", cp.frontProxyCA, false, "front-proxy-client", nil, nil},
 		{"admin", cp.clientCA, false, "kairos-sim-admin", []string{"system:masters"}, nil},
@@ -200,27 +211,18 @@ func (c *Cluster) start(ctx context.Context, host string, port int) error {
 		paths[name] = path
 	}
 
-	etcdPort, err := freePort()
-	if err != nil {
+	if err := init.start(init.name+"="+init.peerURL(), "new"); err != nil {
+		return fmt.Errorf("starting etcd: %w", err)
+	}
+	c.addServer(init)
+	if err := init.waitServing(ctx, 30*time.Second); err != nil {
 		return err
 	}
-	etcdURL := "https://127.0.0.1:" + strconv.Itoa(etcdPort)
-	c.etcd, err = startProcess(c.dir, "etcd", filepath.Join(assets, "etcd"), []string{
-		"--name=default",
-		"--data-dir=" + filepath.Join(c.dir, "etcd-data"),
-		"--listen-client-urls=" + etcdURL,
-		"--advertise-client-urls=" + etcdURL,
-		"--listen-peer-urls=http://127.0.0.1:0",
-		"--cert-file=" + paths["etcd-server.crt"],
-		"--key-file=" + paths["etcd-server.key"],
-		"--trusted-ca-file=" + paths["etcd-ca.crt"],
-		"--client-cert-auth=true",
-		"--unsafe-no-fsync=true",
-		"--log-level=warn",
-	})
-	if err != nil {
+	var err error
+	if c.etcdLB, err = newEtcdBalancer(c.memberServers); err != nil {
 		return err
 	}
+	etcdURL := "https://" + c.etcdLB.addr()
 	c.apiserver, err = startProcess(c.dir, "kube-apiserver", filepath.Join(assets, "kube-apiserver"), []string{
 		"--advertise-address=127.0.0.1",
 		"--bind-address=" + host,
@@ -286,8 +288,8 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 		if c.apiserver.exited() {
 			return fmt.Errorf("kube-apiserver exited: %v\n%s", c.apiserver.err, c.apiserver.logTail(20))
 		}
-		if c.etcd.exited() {
-			return fmt.Errorf("etcd exited: %v\n%s", c.etcd.err, c.etcd.logTail(20))
+		if len(c.memberServers()) == 0 {
+			return errors.New("no etcd member runs")
 		}
 		body, err := c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err == nil && strings.TrimSpace(string(body)) == "ok" {
@@ -359,11 +361,25 @@ func (c *Cluster) Stop() {
 	_ = os.RemoveAll(c.dir)
 }
 
-// stopProcesses kills the API server and etcd: the simulated machines are switched off, and
-// nothing of their state is kept.
+// stopProcesses kills the API server and every etcd member still running: the simulated
+// machines are switched off, and nothing of their state is kept.
 func (c *Cluster) stopProcesses() {
 	c.apiserver.stop(0)
-	c.etcd.stop(0)
+	if c.etcdCli != nil {
+		_ = c.etcdCli.Close()
+	}
+	if c.etcdLB != nil {
+		c.etcdLB.close()
+	}
+	c.mu.Lock()
+	servers := make([]*etcdServer, 0, len(c.servers))
+	for _, e := range c.servers {
+		servers = append(servers, e)
+	}
+	c.mu.Unlock()
+	for _, e := range servers {
+		e.kill()
+	}
 }
 
 // issueClientCert signs a client certificate with the cluster's client CA.

@@ -45,8 +45,9 @@ type etcdEndpoint interface {
 	// Status is the member's own view: its ID, the leader it follows, whether it is a learner,
 	// and the errors it reports (alarms among them). It is answered by the member alone.
 	Status(ctx context.Context) (*clientv3.StatusResponse, error)
-	// MemberList is etcd's membership, read with quorum.
-	MemberList(ctx context.Context) ([]*etcdserverpb.Member, error)
+	// MemberList is etcd's membership, read with quorum, or, when linearizable is false, as this
+	// member last knew it (no quorum needed).
+	MemberList(ctx context.Context, linearizable bool) ([]*etcdserverpb.Member, error)
 	// AlarmList lists the alarms raised in the cluster (NOSPACE, CORRUPT).
 	AlarmList(ctx context.Context) ([]*etcdserverpb.AlarmMember, error)
 	// QuorumRead performs a linearizable read, which only succeeds when the member reaches a
@@ -182,10 +183,14 @@ func (e *grpcEtcdEndpoint) Status(ctx context.Context) (*clientv3.StatusResponse
 	return e.c.Status(ctx, e.endpoint)
 }
 
-func (e *grpcEtcdEndpoint) MemberList(ctx context.Context) ([]*etcdserverpb.Member, error) {
+func (e *grpcEtcdEndpoint) MemberList(ctx context.Context, linearizable bool) ([]*etcdserverpb.Member, error) {
 	ctx, cancel := e.call(ctx)
 	defer cancel()
-	resp, err := e.c.MemberList(ctx)
+	var opts []clientv3.OpOption
+	if !linearizable {
+		opts = append(opts, clientv3.WithSerializable())
+	}
+	resp, err := e.c.MemberList(ctx, opts...)
 	if err != nil {
 		return nil, err
 	}

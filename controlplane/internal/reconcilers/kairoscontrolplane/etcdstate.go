@@ -57,6 +57,11 @@ type etcdState struct {
 	members []*etcdMember
 	// err says why members is nil.
 	err error
+	// joining names the members that were added but have not started, as a member that answers
+	// without quorum knows them: a k0s controller joins as a voting member (k0s' join API adds
+	// it with a plain member add), so etcd has no quorum from the add until the new member runs,
+	// which takes seconds. Only read when members is nil.
+	joining []string
 	// byMachine is the member each Machine hosts, by Machine name.
 	byMachine map[string]*etcdMember
 }
@@ -86,22 +91,6 @@ func (e *etcdState) orphans() []*etcdMember {
 	return out
 }
 
-// quorum tells whether the healthy voting members are a majority of the voting members.
-func (e *etcdState) quorum() (healthy, voting int, ok bool) {
-	if !e.known() {
-		return 0, 0, false
-	}
-	for _, m := range e.members {
-		if m.IsLearner {
-			continue
-		}
-		voting++
-		if m.healthy() {
-			healthy++
-		}
-	}
-	return healthy, voting, voting > 0 && healthy >= voting/2+1
-}
 
 // observeEtcd reads etcd's member list through the first control-plane node that serves a
 // quorum read, then checks every member at its own address, and matches members to Machines.
@@ -153,6 +142,7 @@ func (r *Reconciler) observeEtcd(ctx context.Context, s *scope) *etcdState {
 		} else {
 			state.err = kerrors.NewAggregate(errs)
 		}
+		state.joining = joiningMembers(ctx, dialer, candidates, addresses)
 		return state
 	}
 
@@ -201,6 +191,32 @@ func (r *Reconciler) etcdCA(ctx context.Context, s *scope) (*pki.KeyPair, error)
 	return &p.EtcdCA, nil
 }
 
+// joiningMembers asks the members that answer without quorum for the members added but not
+// started (they have no name yet), identified by their peer URL.
+func joiningMembers(ctx context.Context, dialer etcdDialer, machines []*clusterv1.Machine, addresses map[string][]string) []string {
+	for _, m := range machines {
+		for _, host := range addresses[m.Name] {
+			ep, err := dialer.Dial(ctx, host)
+			if err != nil {
+				continue
+			}
+			list, err := ep.MemberList(ctx, false)
+			_ = ep.Close()
+			if err != nil {
+				continue
+			}
+			var out []string
+			for _, mem := range list {
+				if mem.Name == "" && len(mem.PeerURLs) > 0 {
+					out = append(out, mem.PeerURLs[0])
+				}
+			}
+			return out
+		}
+	}
+	return nil
+}
+
 // readMembership reads the member list with quorum, and the alarms, through one member.
 func readMembership(ctx context.Context, dialer etcdDialer, host string) ([]*etcdserverpb.Member, []*etcdserverpb.AlarmMember, error) {
 	ep, err := dialer.Dial(ctx, host)
@@ -208,7 +224,7 @@ func readMembership(ctx context.Context, dialer etcdDialer, host string) ([]*etc
 		return nil, nil, err
 	}
 	defer func() { _ = ep.Close() }()
-	list, err := ep.MemberList(ctx)
+	list, err := ep.MemberList(ctx, true)
 	if err != nil {
 		return nil, nil, fmt.Errorf("reading the member list: %w", err)
 	}

@@ -23,6 +23,8 @@ const (
 	memberDown
 	// memberPartitioned: it answers, but cannot reach its peers: no leader, no quorum reads.
 	memberPartitioned
+	// memberNotStarted: added to the member list, its etcd not running yet (no name).
+	memberNotStarted
 )
 
 // fakeMember is one member of a fake etcd cluster.
@@ -151,7 +153,7 @@ var errUnavailable = errors.New("rpc error: code = Unavailable desc = connection
 
 // serving must be called with mu held: is there a live member at this address?
 func (e *fakeEndpoint) serving() error {
-	if e.member == nil || e.member.state == memberDown || !e.etcd.contains(e.member) {
+	if e.member == nil || e.member.state == memberDown || e.member.state == memberNotStarted || !e.etcd.contains(e.member) {
 		return errUnavailable
 	}
 	return nil
@@ -193,15 +195,22 @@ func (e *fakeEndpoint) Status(context.Context) (*clientv3.StatusResponse, error)
 	return st, nil
 }
 
-func (e *fakeEndpoint) MemberList(context.Context) ([]*etcdserverpb.Member, error) {
+func (e *fakeEndpoint) MemberList(_ context.Context, linearizable bool) ([]*etcdserverpb.Member, error) {
 	e.etcd.mu.Lock()
 	defer e.etcd.mu.Unlock()
-	if err := e.quorum(); err != nil {
+	if err := e.serving(); err != nil {
+		return nil, err
+	}
+	if err := e.quorum(); err != nil && linearizable {
 		return nil, err
 	}
 	var out []*etcdserverpb.Member
 	for _, m := range e.etcd.members {
-		out = append(out, &etcdserverpb.Member{ID: m.id, Name: m.name, PeerURLs: []string{"https://" + m.peerHost + ":2380"}, IsLearner: m.learner})
+		name := m.name
+		if m.state == memberNotStarted {
+			name = ""
+		}
+		out = append(out, &etcdserverpb.Member{ID: m.id, Name: name, PeerURLs: []string{"https://" + m.peerHost + ":2380"}, IsLearner: m.learner})
 	}
 	return out, nil
 }

@@ -75,6 +75,10 @@ type Reconciler struct {
 	applied appliedStates
 }
 
+// joiningRequeue is how soon a control plane whose etcd waits for a joining member is looked at
+// again.
+const joiningRequeue = time.Second
+
 // defaultHealthInterval is the default HealthInterval.
 const defaultHealthInterval = time.Minute
 
@@ -271,6 +275,10 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 	}
 	if s.machines.Len() > 0 {
 		res = util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: r.HealthInterval})
+	}
+	if s.etcd != nil && len(s.etcd.joining) > 0 {
+		// A member is joining and etcd has no quorum until it runs: look again soon.
+		res = util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: joiningRequeue})
 	}
 	return res, nil
 }

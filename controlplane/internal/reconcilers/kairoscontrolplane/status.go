@@ -170,8 +170,8 @@ func setEtcdClusterHealthyCondition(s *scope) {
 }
 
 // setAvailableCondition: the control plane is available when its API is served and etcd has
-// quorum (a majority of its voting members healthy), whatever the replica count says: a 1 -> 3
-// scale-up keeps it available, a lost quorum does not.
+// quorum, whatever the replica count says: a 1 -> 3 scale-up keeps it available, a lost quorum
+// does not.
 func setAvailableCondition(s *scope) {
 	var problems []string
 	if !s.initialized() {
@@ -180,13 +180,18 @@ func setAvailableCondition(s *scope) {
 		if !s.apiServed {
 			problems = append(problems, "The workload cluster's API server does not answer Cluster API's health probes")
 		}
-		switch healthy, voting, ok := s.etcd.quorum(); {
+		// etcd has quorum exactly when a quorum read succeeds: the member list was read that way.
+		// (Counting members that pass their own checks would be stricter: a member just promoted
+		// may be slow to serve reads while etcd as a whole has quorum.)
+		switch {
 		case s.etcd == nil:
 			problems = append(problems, "etcd's health is not known yet")
+		case !s.etcd.known() && len(s.etcd.joining) > 0:
+			// k0s adds a joining controller as a voting member: etcd has no quorum until the new
+			// member runs, for a few seconds.
+			problems = append(problems, fmt.Sprintf("etcd has no quorum while the member at %s joins", strings.Join(s.etcd.joining, ", ")))
 		case !s.etcd.known():
 			problems = append(problems, fmt.Sprintf("etcd has no quorum: no control-plane node answered a quorum read (%v)", s.etcd.err))
-		case !ok:
-			problems = append(problems, fmt.Sprintf("etcd has no quorum: %d of %d voting members are healthy, %d needed", healthy, voting, voting/2+1))
 		}
 	}
 	if !s.kcp.DeletionTimestamp.IsZero() {

@@ -367,3 +367,26 @@ func TestVersionsUnparsable(t *testing.T) {
 		t.Errorf("versions = %+v, oldest %q", got, oldest)
 	}
 }
+
+// A k0s controller joins etcd as a voting member: between the member add and the new member's
+// start etcd has no quorum. Available says so (the API cannot write then), naming the joining
+// member, and the control plane looks again within a second.
+func TestAvailableWhileAMemberJoins(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.machine("m1", time.Hour)
+	f.machine("m2", time.Minute, withoutNode())
+	f.etcd.add("m2", address(1)).state = memberNotStarted
+	e := f.build()
+	s := e.scope(ctx)
+	updateStatus(ctx, s)
+	assertCondition(t, f.kcp, controlplanev1.AvailableCondition, metav1.ConditionFalse, controlplanev1.NotAvailableReason,
+		"etcd has no quorum while the member at https://10.0.0.11:2380 joins")
+	res, err := e.r.reconcileNormal(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != joiningRequeue {
+		t.Errorf("RequeueAfter = %s, want %s while a member joins", res.RequeueAfter, joiningRequeue)
+	}
+}
