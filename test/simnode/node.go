@@ -110,7 +110,7 @@ type Node struct {
 	// etcd is the node's etcd member (control-plane nodes).
 	etcd   *etcdServer
 	cancel context.CancelFunc
-	done    chan struct{}
+	done   chan struct{}
 }
 
 func newNode(r *Registry, spec NodeSpec, root, ip string) *Node {

@@ -91,7 +91,6 @@ func (e *etcdState) orphans() []*etcdMember {
 	return out
 }
 
-
 // observeEtcd reads etcd's member list through the first control-plane node that serves a
 // quorum read, then checks every member at its own address, and matches members to Machines.
 // It needs the cluster's etcd CA; nothing is observed before the control plane is initialized.
