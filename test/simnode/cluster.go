@@ -28,7 +28,6 @@ import (
 
 	"github.com/kairos-capi/kairos-capi/common/pki"
 	"github.com/kairos-capi/kairos-capi/common/render"
-	"github.com/kairos-capi/kairos-capi/common/token"
 )
 
 // Cluster is a simulated workload cluster: a real etcd and kube-apiserver listening on the
@@ -438,14 +437,14 @@ func (c *Cluster) approveNodeCSR(ctx context.Context, name string) error {
 // k0sJoinAPI checks a controller join token the way k0s' join API (port 9443) does: the
 // bootstrap-token Secret must exist, hold the token's secret, allow controller joins and, as
 // k0s' token cleaner deletes expired tokens, not be expired.
-func (c *Cluster) k0sJoinAPI(ctx context.Context, t token.BootstrapToken) error {
+func (c *Cluster) k0sJoinAPI(ctx context.Context, t bootstrapToken) error {
 	if c.single {
 		return errors.New("the controller runs with --single and accepts no joins")
 	}
 	s := &corev1.Secret{}
-	err := c.client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: t.SecretName()}, s)
+	err := c.client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: t.secretName()}, s)
 	if apierrors.IsNotFound(err) {
-		return errUnauthorized("no bootstrap token " + t.ID)
+		return errUnauthorized("no bootstrap token " + t.id)
 	}
 	if err != nil {
 		return err
@@ -453,19 +452,19 @@ func (c *Cluster) k0sJoinAPI(ctx context.Context, t token.BootstrapToken) error 
 	if s.Type != corev1.SecretTypeBootstrapToken {
 		return errUnauthorized("secret " + s.Name + " is not a bootstrap token")
 	}
-	if string(s.Data["token-secret"]) != t.Secret {
-		return errUnauthorized("wrong secret for bootstrap token " + t.ID)
+	if string(s.Data["token-secret"]) != t.secret {
+		return errUnauthorized("wrong secret for bootstrap token " + t.id)
 	}
 	if string(s.Data["usage-controller-join"]) != "true" && string(s.Data["usage-bootstrap-controller-join"]) != "true" {
-		return errUnauthorized("bootstrap token " + t.ID + " does not allow controller joins")
+		return errUnauthorized("bootstrap token " + t.id + " does not allow controller joins")
 	}
 	if exp := string(s.Data["expiration"]); exp != "" {
 		at, err := time.Parse(time.RFC3339, exp)
 		if err != nil {
-			return errUnauthorized("bootstrap token " + t.ID + " has an unreadable expiration")
+			return errUnauthorized("bootstrap token " + t.id + " has an unreadable expiration")
 		}
 		if time.Now().After(at) {
-			return errUnauthorized("bootstrap token " + t.ID + " expired at " + exp)
+			return errUnauthorized("bootstrap token " + t.id + " expired at " + exp)
 		}
 	}
 	return nil
@@ -479,22 +478,18 @@ func errUnauthorized(why string) error {
 // do: the CA hash in the token must match the server's CA (the node downloads /cacerts and
 // compares) and the password must be the cluster's.
 func (c *Cluster) k3sSupervisorJoin(t string) error {
-	hash, _, password, err := token.ParseK3sToken(t)
+	tok, err := parseK3sToken(t)
 	if err != nil {
 		return err
 	}
-	want, err := token.K3sCAHash(c.pki.serverCA.Cert)
+	if want := k3sCAHash(c.pki.serverCA.Cert); tok.caHash != want {
+		return fmt.Errorf("token CA hash %s does not match the server's CA hash %s", tok.caHash, want)
+	}
+	cluster, err := parseK3sToken(c.k3sToken)
 	if err != nil {
 		return err
 	}
-	if hash != want {
-		return fmt.Errorf("token CA hash %s does not match the server's CA hash %s", hash, want)
-	}
-	_, _, clusterPassword, err := token.ParseK3sToken(c.k3sToken)
-	if err != nil {
-		return err
-	}
-	if password != clusterPassword {
+	if tok.password != cluster.password {
 		return errors.New("the supervisor answered 401 Unauthorized: the token's password is not the cluster's")
 	}
 	return nil
@@ -503,16 +498,12 @@ func (c *Cluster) k3sSupervisorJoin(t string) error {
 // checkK3sToken checks the token an init server was given against its CA: k3s refuses to start
 // when a secure token pins another CA than the one on disk.
 func checkK3sToken(t string, serverCA []byte) error {
-	hash, _, _, err := token.ParseK3sToken(t)
+	tok, err := parseK3sToken(t)
 	if err != nil {
 		return err
 	}
-	want, err := token.K3sCAHash(serverCA)
-	if err != nil {
-		return err
-	}
-	if hash != want {
-		return fmt.Errorf("token CA hash %s does not match the hash %s of server-ca.crt", hash, want)
+	if want := k3sCAHash(serverCA); tok.caHash != want {
+		return fmt.Errorf("token CA hash %s does not match the hash %s of server-ca.crt", tok.caHash, want)
 	}
 	return nil
 }

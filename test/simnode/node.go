@@ -22,7 +22,6 @@ import (
 
 	"github.com/kairos-capi/kairos-capi/common/pki"
 	"github.com/kairos-capi/kairos-capi/common/render"
-	"github.com/kairos-capi/kairos-capi/common/token"
 )
 
 // Phase is where a simulated node is in its life.
@@ -190,7 +189,7 @@ func (n *Node) ReadFile(path string) ([]byte, error) {
 
 // SentinelExists tells whether the node wrote the Cluster API bootstrap sentinel.
 func (n *Node) SentinelExists() bool {
-	_, err := os.Stat(n.hostPath(render.SentinelPath))
+	_, err := os.Stat(n.hostPath(sentinelPath))
 	return err == nil
 }
 
@@ -325,7 +324,7 @@ func (n *Node) run(ctx context.Context) {
 	if _, ok := p.files[render.PostCommandsScript]; ok {
 		_ = n.writeFile(render.PostCommandsMarker, "")
 	}
-	if err := n.writeFile(render.SentinelPath, "success\n"); err != nil {
+	if err := n.writeFile(sentinelPath, "success\n"); err != nil {
 		n.fail(retry(ReasonStartFailed, "writing the sentinel: %v", err))
 		return
 	}
@@ -426,28 +425,28 @@ func (n *Node) bootJoinServer(ctx context.Context, p *plan, name, installed stri
 	}
 	var c *Cluster
 	if p.distribution == render.K0s {
-		info, err := token.ParseK0sJoinToken(t)
+		info, err := parseK0sJoinToken(t)
 		if err != nil {
 			return refuse(ReasonBootstrapDataRefused, "the controller join token: %v", err)
 		}
-		if info.Role != token.K0sControllerToken {
-			return refuse(ReasonJoinFailed, "the join token is a %s token: a controller needs a controller token", info.Role)
+		if !info.controller {
+			return refuse(ReasonJoinFailed, "the join token is a %s token: a controller needs a controller token", info.role())
 		}
-		joinAPI, err := serverURLEndpoint(info.Server)
+		joinAPI, err := serverURLEndpoint(info.server)
 		if err != nil {
 			return refuse(ReasonBootstrapDataRefused, "the controller join token: %v", err)
 		}
 		host, _, _ := net.SplitHostPort(n.spec.Endpoint)
-		if joinAPI != net.JoinHostPort(host, fmt.Sprint(token.K0sJoinAPIPort)) {
-			return retry(ReasonWaitingForControlPlane, "no k0s join API answers at %s (the cluster's controllers serve it at %s)", joinAPI, net.JoinHostPort(host, fmt.Sprint(token.K0sJoinAPIPort)))
+		if joinAPI != net.JoinHostPort(host, fmt.Sprint(k0sJoinAPIPort)) {
+			return retry(ReasonWaitingForControlPlane, "no k0s join API answers at %s (the cluster's controllers serve it at %s)", joinAPI, net.JoinHostPort(host, fmt.Sprint(k0sJoinAPIPort)))
 		}
 		if c = n.runningCluster(n.spec.Endpoint); c == nil {
 			return retry(ReasonWaitingForControlPlane, "no k0s join API answers at %s yet", joinAPI)
 		}
-		if !sameCertificates(info.CACert, c.pki.serverCA.Cert) {
-			return retry(ReasonJoinFailed, "x509: the join API's certificate is not signed by the join token's %s", describeCA(info.CACert))
+		if !sameCertificates(info.caCert, c.pki.serverCA.Cert) {
+			return retry(ReasonJoinFailed, "x509: the join API's certificate is not signed by the join token's %s", describeCA(info.caCert))
 		}
-		if err := c.k0sJoinAPI(ctx, info.Token); err != nil {
+		if err := c.k0sJoinAPI(ctx, info.token); err != nil {
 			return retry(ReasonJoinFailed, "%v", err)
 		}
 	} else {
@@ -592,24 +591,24 @@ func (n *Node) bootK0sWorker(ctx context.Context, p *plan, name, installed strin
 	if err != nil {
 		return err
 	}
-	info, err := token.ParseK0sJoinToken(t)
+	info, err := parseK0sJoinToken(t)
 	if err != nil {
 		return refuse(ReasonBootstrapDataRefused, "the worker join token: %v", err)
 	}
-	if info.Role != token.K0sWorkerToken {
-		return refuse(ReasonJoinFailed, "the join token is a %s token: a worker needs a worker token", info.Role)
+	if info.controller {
+		return refuse(ReasonJoinFailed, "the join token is a %s token: a worker needs a worker token", info.role())
 	}
-	ep, err := serverURLEndpoint(info.Server)
+	ep, err := serverURLEndpoint(info.server)
 	if err != nil {
 		return refuse(ReasonBootstrapDataRefused, "the worker join token: %v", err)
 	}
 	c := n.runningCluster(ep)
 	if c == nil {
-		return retry(ReasonWaitingForControlPlane, "no API server answers at %s yet", info.Server)
+		return retry(ReasonWaitingForControlPlane, "no API server answers at %s yet", info.server)
 	}
 	// The kubelet's TLS bootstrap, with the join token's kubeconfig: it trusts the token's CA
 	// and authenticates with the bootstrap token.
-	bootstrap := &rest.Config{Host: info.Server, BearerToken: info.Token.String(), TLSClientConfig: rest.TLSClientConfig{CAData: info.CACert}, Timeout: 10 * time.Second}
+	bootstrap := &rest.Config{Host: info.server, BearerToken: info.token.String(), TLSClientConfig: rest.TLSClientConfig{CAData: info.caCert}, Timeout: 10 * time.Second}
 	kube, err := kubernetes.NewForConfig(bootstrap)
 	if err != nil {
 		return refuse(ReasonBootstrapDataRefused, "the worker join token: %v", err)
@@ -629,7 +628,7 @@ func (n *Node) bootK0sWorker(ctx context.Context, p *plan, name, installed strin
 	if err != nil {
 		return retry(ReasonJoinFailed, "the API server refused the kubelet's bootstrap credentials: %v", err)
 	}
-	if want := "system:bootstrap:" + info.Token.ID; csr.Spec.Username != want || !containsString(csr.Spec.Groups, "system:bootstrappers") {
+	if want := "system:bootstrap:" + info.token.id; csr.Spec.Username != want || !containsString(csr.Spec.Groups, "system:bootstrappers") {
 		return retry(ReasonJoinFailed, "the API server saw the kubelet as %s %v, not as %s", csr.Spec.Username, csr.Spec.Groups, want)
 	}
 	if err := c.approveNodeCSR(ctx, csr.Name); err != nil {
@@ -642,7 +641,7 @@ func (n *Node) bootK0sWorker(ctx context.Context, p *plan, name, installed strin
 	if len(csr.Status.Certificate) == 0 {
 		return retry(ReasonJoinFailed, "the kubelet's certificate request %s has no certificate", csr.Name)
 	}
-	kubelet := &rest.Config{Host: info.Server, TLSClientConfig: rest.TLSClientConfig{CAData: info.CACert, CertData: csr.Status.Certificate, KeyData: keyPEM}}
+	kubelet := &rest.Config{Host: info.server, TLSClientConfig: rest.TLSClientConfig{CAData: info.caCert, CertData: csr.Status.Certificate, KeyData: keyPEM}}
 	extra, err := n.roleLabelsAndTaints(p)
 	if err != nil {
 		return err
