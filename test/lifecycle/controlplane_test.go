@@ -85,7 +85,7 @@ func newControlPlaneCluster(t *testing.T, dist bootstrapv1.Distribution, o cpOpt
 				},
 			}},
 			KairosConfigSpec: bootstrapv1.KairosConfigSpec{
-				UserPassword: "s3cret-for-tests",
+				UserPassword: testPassword,
 				Manifests: []bootstrapv1.Manifest{{
 					Name:    "platform-namespace.yaml",
 					Content: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + platformNamespace + "\n",
@@ -265,6 +265,9 @@ func TestControlPlaneWithWorkers(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			start := time.Now()
+			// Everything the controllers log, at every verbosity, is searched for secrets below.
+			capture := framework.CaptureLogs()
+			defer capture.Stop()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
 			md, err := c.CreateMachineDeployment(c.ctx, "workers", harness.MachineDeploymentOptions{
 				Replicas: 2, Version: version, Config: workerConfig(dist),
@@ -355,6 +358,10 @@ func TestControlPlaneWithWorkers(t *testing.T) {
 			if now, err := c.controlPlaneMachines(); err != nil || len(now) != 1 || now[0].Name != machines[0].Name {
 				t.Errorf("metadata propagation replaced the Machine: %v %v", now, err)
 			}
+
+			// No key, token or password reached a log line, an Event or a condition.
+			needles := secretNeedles(c.ctx, t, c.Cluster.Namespace, wl, testPassword)
+			assertNoSecretMaterial(c.ctx, t, c.Cluster.Namespace, wl, needles, capture.Stop())
 			t.Logf("%s scenario checked after %s", dist, time.Since(start).Round(time.Second))
 		})
 	}
