@@ -136,19 +136,22 @@ func (r *Reconciler) cleanup(ctx context.Context, objs ...client.Object) error {
 }
 
 // apiVersionFor resolves the API version of a kind the way Cluster API does: from the contract
-// label of its CRD, picking the last version listed for the current contract.
+// labels of its CRD, the last version listed for the v1beta2 contract, or, for providers that
+// still implement only the v1beta1 contract (Cluster API v1.14 accepts them; CAPK v0.11 is one),
+// the last version listed for v1beta1. (Cluster API's own helper for this is internal.)
 func apiVersionFor(ctx context.Context, c client.Reader, gk schema.GroupKind) (string, error) {
 	crd := &metav1.PartialObjectMetadata{}
 	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
 	if err := c.Get(ctx, client.ObjectKey{Name: contract.CalculateCRDName(gk.Group, gk.Kind)}, crd); err != nil {
 		return "", fmt.Errorf("reading the CRD of %s: %w", gk, err)
 	}
-	versions := crd.Labels["cluster.x-k8s.io/v1beta2"]
-	if versions == "" {
-		return "", fmt.Errorf("the CRD of %s has no cluster.x-k8s.io/v1beta2 contract label: is its provider compatible with the v1beta2 contract?", gk)
+	for _, contractVersion := range []string{"v1beta2", "v1beta1"} {
+		if versions := crd.Labels[clusterv1.GroupVersion.Group+"/"+contractVersion]; versions != "" {
+			parts := strings.Split(versions, "_")
+			return schema.GroupVersion{Group: gk.Group, Version: parts[len(parts)-1]}.String(), nil
+		}
 	}
-	parts := strings.Split(versions, "_")
-	return schema.GroupVersion{Group: gk.Group, Version: parts[len(parts)-1]}.String(), nil
+	return "", fmt.Errorf("the CRD of %s has no %s/v1beta2 or /v1beta1 contract label: is its provider compatible with Cluster API v1.14?", gk, clusterv1.GroupVersion.Group)
 }
 
 // syncMachines propagates what may change without a rollout (metadata, deletion timeouts,

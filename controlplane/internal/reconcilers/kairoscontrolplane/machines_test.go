@@ -181,15 +181,15 @@ func TestCreateMachineErrors(t *testing.T) {
 			setup:        func(f *fixture) { f.noCRDs = true },
 			wantErr:      "reading the CRD of TestMachineTemplate.infrastructure.cluster.x-k8s.io",
 			wantInfraErr: "reading the CRD of TestMachineTemplate.infrastructure.cluster.x-k8s.io"},
-		{name: "infrastructure CRD without the v1beta2 contract label",
+		{name: "infrastructure CRD without a contract label",
 			setup: func(f *fixture) {
 				f.noCRDs = true
 				crd := crdObject(templateKind)
-				crd.SetLabels(map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1"})
+				crd.SetLabels(map[string]string{"example.com/other": "v1beta1"})
 				f.objs = append(f.objs, crd)
 			},
-			wantErr:      "no cluster.x-k8s.io/v1beta2 contract label",
-			wantInfraErr: "no cluster.x-k8s.io/v1beta2 contract label"},
+			wantErr:      "no cluster.x-k8s.io/v1beta2 or /v1beta1 contract label",
+			wantInfraErr: "no cluster.x-k8s.io/v1beta2 or /v1beta1 contract label"},
 		{name: "infrastructure template missing",
 			setup: func(f *fixture) {
 				f.kcp.Spec.MachineTemplate.Spec.InfrastructureRef.Name = "missing"
@@ -262,9 +262,15 @@ func TestAPIVersionFor(t *testing.T) {
 	for _, tc := range []struct{ label, want string }{
 		{"v1beta2", "infrastructure.cluster.x-k8s.io/v1beta2"},
 		{"v1alpha3_v1alpha4_v1beta1", "infrastructure.cluster.x-k8s.io/v1beta1"},
+		// Only the v1beta1 contract (CAPK v0.11): its latest version there.
+		{"v1beta1=v1alpha1", "infrastructure.cluster.x-k8s.io/v1alpha1"},
 	} {
 		crd := crdObject(infraKind)
-		crd.SetLabels(map[string]string{"cluster.x-k8s.io/v1beta2": tc.label})
+		key, label := "cluster.x-k8s.io/v1beta2", tc.label
+		if k, v, ok := strings.Cut(tc.label, "="); ok {
+			key, label = "cluster.x-k8s.io/"+k, v
+		}
+		crd.SetLabels(map[string]string{key: label})
 		f := newFixture(t)
 		f.noCRDs = true
 		f.objs = append(f.objs, crd)
