@@ -11,11 +11,10 @@ import (
 
 // withoutV1beta2Label are the pinned providers whose CRDs carry no cluster.x-k8s.io/v1beta2
 // contract label, only v1beta1. Cluster API v1.14 still accepts them (the v1beta2 contract
-// is compatible with v1beta1 until v1beta1 is removed), but the KairosControlPlane
-// controller reads a machine template's API version from the v1beta2 label alone, so it
-// cannot create control-plane Machines on them yet (config/templates/README.md says so).
-// CAPK v0.11.2's metadata.yaml maps its 0.11 series to contract v1beta2, its CRD
-// kustomizations still label only v1beta1.
+// is compatible with v1beta1 until v1beta1 is removed), and the KairosControlPlane controller
+// falls back to the v1beta1 label to clone their machine templates. CAPK v0.11.2's
+// metadata.yaml maps its 0.11 series to contract v1beta2, its CRD kustomizations still label
+// only v1beta1.
 var withoutV1beta2Label = map[string]bool{"kubevirt": true}
 
 // The CRDs of every pinned provider carry the contract labels Cluster API resolves
