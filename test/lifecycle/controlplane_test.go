@@ -11,7 +11,9 @@ import (
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -638,8 +640,37 @@ func TestDeleteCluster(t *testing.T) {
 			if err == nil {
 				t.Error("the KairosControlPlane is still there")
 			}
+			// Nothing the cluster owned is left: its Secrets (CA keys, bootstrap data, tokens,
+			// kubeconfig), KairosConfigs and infrastructure objects go with it, through owner
+			// references and the garbage collector, as in a real management cluster.
+			framework.Eventually(t, time.Minute, func() error { return leftovers(c.ctx, c.Cluster.Namespace) })
 		})
 	}
+}
+
+// leftovers lists the objects of a namespace that a deleted cluster left behind.
+func leftovers(ctx context.Context, namespace string) error {
+	var left []string
+	for _, list := range []client.ObjectList{
+		&corev1.SecretList{}, &bootstrapv1.KairosConfigList{}, &bootstrapv1.KairosConfigTemplateList{},
+		&infrav1.KairosSimMachineList{}, &infrav1.KairosSimMachineTemplateList{}, &infrav1.KairosSimClusterList{},
+		&controlplanev1.KairosControlPlaneList{}, &clusterv1.MachineList{}, &clusterv1.MachineSetList{},
+	} {
+		if err := h.Client.List(ctx, list, client.InNamespace(namespace)); err != nil {
+			return err
+		}
+		if err := meta.EachListItem(list, func(o runtime.Object) error {
+			obj := o.(client.Object)
+			left = append(left, fmt.Sprintf("%T %s", o, obj.GetName()))
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("left behind: %s", strings.Join(left, ", "))
+	}
+	return nil
 }
 
 func hasLabel(m *clusterv1.Machine, key string) bool {

@@ -41,7 +41,7 @@ const requeueWhileBusy = 5 * time.Second
 
 // +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=kairoscontrolplanes;kairoscontrolplanes/status;kairoscontrolplanes/finalizers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigs,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigtemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigtemplates,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;clusters/status,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines;machines/status,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machinepools,verbs=get;list;watch
@@ -205,6 +205,7 @@ type phase func(context.Context, *scope) (ctrl.Result, error)
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
 	phases := []phase{
 		r.reconcileCertificates,
+		r.reconcileTemplateOwnership,
 		r.reconcilePrerequisites,
 		r.reconcileKubeconfig,
 		r.reconcileInitialized,
