@@ -95,6 +95,16 @@ func run(clusterName string, workers int64) (reterr error) {
 		return err
 	}
 	defer func() { reterr = errors.Join(reterr, env.Stop()) }()
+	// A real management cluster collects garbage: deleting a cluster deletes what it owned.
+	kcmDir, err := os.MkdirTemp("", "kairos-sandbox-kcm-")
+	if err != nil {
+		return err
+	}
+	kcm, err := env.StartControllerManager(kcmDir)
+	if err != nil {
+		return err
+	}
+	defer func() { reterr = errors.Join(reterr, kcm.Stop(10*time.Second), os.RemoveAll(kcmDir)) }()
 	kubeconfig, err := env.AdminKubeconfig()
 	if err != nil {
 		return err
