@@ -1,9 +1,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -116,6 +118,10 @@ func TestSandbox(t *testing.T) {
 		}
 		return nil
 	})
+	// Ctrl-C is the documented way to stop it: a clean exit, no error.
+	if _, err := p.Exited(); err != nil || strings.Contains(p.Output(), "context canceled") {
+		t.Errorf("the sandbox ended with %v after Ctrl-C:\n%s", err, tail(p.Output(), 10))
+	}
 	framework.Eventually(t, 30*time.Second, func() error {
 		var alive []int
 		for _, pid := range children {
@@ -164,4 +170,61 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestSandboxOutputClosed: the sandbox's output piped into a pager that quits (the pipe closes)
+// stops the sandbox cleanly; before, SIGPIPE killed it and its API servers and etcd lived on.
+func TestSandboxOutputClosed(t *testing.T) {
+	dir := t.TempDir()
+	bin, err := framework.BuildBinary("./test/cmd/sandbox", dir, "sandbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin, "-cluster", "pager", "-workers", "0")
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	_ = w.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+
+	// Read like a pager until the management API server runs, then quit.
+	var children []int
+	scanner := bufio.NewScanner(r)
+	for scanner.Scan() {
+		if strings.Contains(scanner.Text(), "Starting Cluster API") {
+			children = descendants(cmd.Process.Pid)
+			break
+		}
+	}
+	if len(children) < 2 {
+		t.Fatalf("expected the management API server and etcd below the sandbox, found %v", children)
+	}
+	_ = r.Close()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Errorf("the sandbox ended with %v after its output closed, want a clean stop", err)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("the sandbox still runs two minutes after its output closed")
+	}
+	framework.Eventually(t, 30*time.Second, func() error {
+		var alive []int
+		for _, pid := range children {
+			if syscall.Kill(pid, 0) == nil && !zombie(pid) {
+				alive = append(alive, pid)
+			}
+		}
+		if len(alive) > 0 {
+			return fmt.Errorf("processes left behind after the output closed: %v", alive)
+		}
+		return nil
+	})
 }
