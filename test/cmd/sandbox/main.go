@@ -59,6 +59,11 @@ func main() {
 	name := flag.String("cluster", "demo", "name of the cluster created from cluster-template.yaml")
 	workers := flag.Int64("workers", 2, "worker Machines of the cluster")
 	flag.Parse()
+	if os.Getenv(sandboxChildEnv) == "" {
+		if code, guarded := guard(); guarded {
+			os.Exit(code)
+		}
+	}
 	if err := run(*name, *workers); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox:", err)
 		os.Exit(1)
