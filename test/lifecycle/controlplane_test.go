@@ -267,7 +267,8 @@ func TestControlPlaneWithWorkers(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			start := time.Now()
-			// Everything the controllers log, at every verbosity, is searched for secrets below.
+			// Everything the controllers log, up to debug verbosity V(7), is searched for secrets
+			// below.
 			capture := framework.CaptureLogs()
 			defer capture.Stop()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
