@@ -252,12 +252,17 @@ func TestTwoUnhealthyMachinesRecover(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			after := c.waitSettled(3, version, 3*waitScale)
-			for _, m := range after {
-				if m.Name == machines[1].Name || m.Name == machines[2].Name {
-					t.Errorf("unhealthy Machine %s is still there", m.Name)
+			// The three Machines are still "settled" until the health check acts, so wait for the
+			// two unhealthy ones to be replaced before waiting for the control plane to settle.
+			framework.Eventually(t, 3*waitScale, func() error {
+				for _, m := range machines[1:] {
+					if c.machineByName(m.Name) != nil {
+						return fmt.Errorf("unhealthy Machine %s is still there", m.Name)
+					}
 				}
-			}
+				return nil
+			})
+			c.waitSettled(3, version, 3*waitScale)
 			if most, _ := w.result(); most > 4 {
 				t.Errorf("up to %d Machines at once, want at most 4", most)
 			}
