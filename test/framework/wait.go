@@ -3,6 +3,7 @@ package framework
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -18,14 +19,21 @@ import (
 // last error, so that a failure says what was still wrong.
 func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 	t.Helper()
+	if err := Poll(timeout, check); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Poll calls check until it returns nil or timeout passes, and returns the last error then.
+func Poll(timeout time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := check()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still failing after %s: %v", timeout, err)
+			return fmt.Errorf("still failing after %s: %w", timeout, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

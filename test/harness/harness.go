@@ -227,6 +227,28 @@ func Start(t testing.TB, o Options) *Harness {
 	return h
 }
 
+// GarbageCollectorState says whether the harness' kube-controller-manager still runs, and what
+// it logged apart from namespace deletions, for failures that depend on it.
+func (h *Harness) GarbageCollectorState() string {
+	if h.gc == nil {
+		return "not started"
+	}
+	var lines []string
+	for _, l := range strings.Split(h.gc.Output(), "\n") {
+		if !strings.Contains(l, "namespace_controller.go") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	state := "running"
+	if exited, err := h.gc.Exited(); exited {
+		state = fmt.Sprintf("exited (%v)", err)
+	}
+	return state + "; last log lines:\n" + strings.Join(lines, "\n")
+}
+
 // Stop stops the manager, every simulated node and workload cluster, and the management API
 // server.
 func (h *Harness) Stop() error {

@@ -644,7 +644,9 @@ func TestDeleteCluster(t *testing.T) {
 			// Nothing the cluster owned is left: its Secrets (CA keys, bootstrap data, tokens,
 			// kubeconfig), KairosConfigs and infrastructure objects go with it, through owner
 			// references and the garbage collector, as in a real management cluster.
-			framework.Eventually(t, time.Minute, func() error { return leftovers(c.ctx, c.Cluster.Namespace) })
+			if err := framework.Poll(time.Minute, func() error { return leftovers(c.ctx, c.Cluster.Namespace) }); err != nil {
+				t.Errorf("%v\ngarbage collector: %s", err, h.GarbageCollectorState())
+			}
 		})
 	}
 }
@@ -662,7 +664,11 @@ func leftovers(ctx context.Context, namespace string) error {
 		}
 		if err := meta.EachListItem(list, func(o runtime.Object) error {
 			obj := o.(client.Object)
-			left = append(left, fmt.Sprintf("%T %s", o, obj.GetName()))
+			var owners []string
+			for _, ref := range obj.GetOwnerReferences() {
+				owners = append(owners, ref.Kind+"/"+ref.Name+"/"+string(ref.UID))
+			}
+			left = append(left, fmt.Sprintf("%T %s (owners %v, deleting %v)", o, obj.GetName(), owners, !obj.GetDeletionTimestamp().IsZero()))
 			return nil
 		}); err != nil {
 			return err
