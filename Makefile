@@ -61,6 +61,19 @@ envtest-assets: ## Build kube-apiserver and etcd from source (cached per version
 test: verify ## Run every test of every module (builds the envtest assets first when needed).
 	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; \
 	for m in $(MODULES); do echo "== go test ./$$m/..."; (cd $$m && go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...) || exit 1; done
+	$(MAKE) --no-print-directory fuzz
+
+# Fuzz targets: package and target, run for FUZZTIME each by make fuzz (and make test). A finding
+# is written to the package's testdata/fuzz/ and fails the run; commit it with the fix so that
+# it stays a regression seed.
+FUZZ_TARGETS := common/merge:FuzzMerge common/token:FuzzParseTokens common/render:FuzzDocument \
+	common/internal/kubeconfig:FuzzParse common/pki:FuzzParse
+FUZZTIME ?= 15s
+
+.PHONY: fuzz
+fuzz: ## Run every fuzz target for FUZZTIME (default 15s) each.
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "== fuzz $$fn ./$$pkg ($(FUZZTIME))"; \
+		(cd $${pkg%%/*} && go test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) ./$${pkg#*/}) || exit 1; done
 
 .PHONY: bench
 bench: ## Run the benchmarks.

@@ -11,7 +11,7 @@ ETCD_VERSION="${ETCD_VERSION:-3.6.14}"
 cache_root="${KAIROS_CAPI_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kairos-capi}"
 dest="$cache_root/envtest/k8s-$KUBE_VERSION-etcd-$ETCD_VERSION"
 
-if [[ -x "$dest/kube-apiserver" && -x "$dest/etcd" ]]; then
+if [[ -x "$dest/kube-apiserver" && -x "$dest/etcd" && -x "$dest/kube-controller-manager" ]]; then
   echo "$dest"
   exit 0
 fi
@@ -48,12 +48,19 @@ GO
   mv "$dest/etcd.tmp" "$dest/etcd"
 fi
 
-if [[ ! -x "$dest/kube-apiserver" ]]; then
-  log "building kube-apiserver v$KUBE_VERSION (about 7 minutes cold)"
-  mkdir -p "$work/apiserver"
+# kube-apiserver, and kube-controller-manager for its garbage collector and namespace controller
+# (the lifecycle harness and the sandbox run them so that deleting a cluster really deletes what
+# it owns). One module and one go build: the two share most of their packages.
+missing=()
+for b in kube-apiserver kube-controller-manager; do
+  [[ -x "$dest/$b" ]] || missing+=("$b")
+done
+if [[ ${#missing[@]} -gt 0 ]]; then
+  log "building ${missing[*]} v$KUBE_VERSION (about 7 minutes cold for the API server, 2 more for the controller manager)"
+  mkdir -p "$work/kube"
   kgomod="$(go mod download -json "k8s.io/kubernetes@v$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')"
   {
-    echo "module envtest/apiserver"
+    echo "module envtest/kube"
     echo
     echo "go 1.26"
     echo
@@ -62,22 +69,25 @@ if [[ ! -x "$dest/kube-apiserver" ]]; then
     # kubernetes replaces its staging modules with local paths; pin them to released versions.
     grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$kgomod" |
       awk -v v="v$STAGING_VERSION" '{print "replace " $1 " => " $1 " " v}'
-  } >"$work/apiserver/go.mod"
-  cat >"$work/apiserver/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import _ "k8s.io/kubernetes/cmd/kube-apiserver"
-GO
+  } >"$work/kube/go.mod"
+  {
+    echo "//go:build tools"
+    echo
+    echo "package tools"
+    echo
+    for b in "${missing[@]}"; do echo "import _ \"k8s.io/kubernetes/cmd/$b\""; done
+  } >"$work/kube/tools.go"
   (
-    cd "$work/apiserver"
+    cd "$work/kube"
     go mod tidy >/dev/null 2>&1 || go mod download
-    go build -trimpath -o "$dest/kube-apiserver.tmp" \
+    mkdir -p "$work/out"
+    pkgs=()
+    for b in "${missing[@]}"; do pkgs+=("k8s.io/kubernetes/cmd/$b"); done
+    go build -trimpath -o "$work/out/" \
       -ldflags "-X k8s.io/component-base/version.gitVersion=v$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=${KUBE_VERSION%%.*} -X k8s.io/component-base/version.gitMinor=$(echo "$KUBE_VERSION" | cut -d. -f2)" \
-      k8s.io/kubernetes/cmd/kube-apiserver
+      "${pkgs[@]}"
   )
-  mv "$dest/kube-apiserver.tmp" "$dest/kube-apiserver"
+  for b in "${missing[@]}"; do mv "$work/out/$b" "$dest/$b"; done
 fi
 
 echo "$dest"

@@ -6,6 +6,7 @@ package setup
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -36,6 +37,9 @@ type Options struct {
 	ClusterCache                  clustercache.ClusterCache
 	WatchFilter                   string
 	KairosControlPlaneConcurrency int
+	// EtcdHealthInterval is how often a control plane's etcd members are checked when nothing
+	// else happens. Default: one minute.
+	EtcdHealthInterval time.Duration
 }
 
 // Setup registers the provider's controller and webhooks with mgr.
@@ -45,6 +49,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		APIReader:        mgr.GetAPIReader(),
 		ClusterCache:     o.ClusterCache,
 		WatchFilterValue: o.WatchFilter,
+		HealthInterval:   o.EtcdHealthInterval,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.KairosControlPlaneConcurrency}); err != nil {
 		return err
 	}

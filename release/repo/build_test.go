@@ -25,10 +25,7 @@ func TestReleaseFiles(t *testing.T) {
 		t.Errorf("bootstrap files: got %v, want %v", got, want)
 	}
 	cp := buildRelease(t, ControlPlane, "v0.2.0")
-	want := []string{
-		"cluster-template-clusterclass.yaml", "cluster-template-ha.yaml", "cluster-template-k3s.yaml", "cluster-template.yaml",
-		"control-plane-components.yaml", "metadata.yaml",
-	}
+	want := controlPlaneFiles()
 	if got := cp.FileNames(); !reflect.DeepEqual(got, want) {
 		t.Errorf("control-plane files: got %v, want %v", got, want)
 	}
@@ -86,8 +83,7 @@ func TestWriteKeepsOtherVersionsAndProviders(t *testing.T) {
 		"bootstrap-kairos/v0.2.0/metadata.yaml",
 	}
 	for _, v := range []string{"v0.1.0", "v0.2.0"} {
-		for _, f := range []string{"cluster-template-clusterclass.yaml", "cluster-template-ha.yaml", "cluster-template-k3s.yaml",
-			"cluster-template.yaml", "control-plane-components.yaml", "metadata.yaml"} {
+		for _, f := range controlPlaneFiles() {
 			want = append(want, "control-plane-kairos/"+v+"/"+f)
 		}
 	}
@@ -95,6 +91,17 @@ func TestWriteKeepsOtherVersionsAndProviders(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("repository tree:\n got %v\nwant %v", got, want)
 	}
+}
+
+// controlPlaneFiles are the files of a control-plane release, sorted: one cluster template
+// per required flavor, the components and the metadata.
+func controlPlaneFiles() []string {
+	files := []string{"control-plane-components.yaml", "metadata.yaml"}
+	for _, f := range RequiredFlavors {
+		files = append(files, TemplateFileName(f))
+	}
+	sort.Strings(files)
+	return files
 }
 
 func tree(t *testing.T, dir string) []string {

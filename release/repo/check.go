@@ -80,8 +80,15 @@ const (
 	// RuleTemplateHealthCheck: the HA flavor runs an odd number (at least 3) of control-plane
 	// Machines and has a MachineHealthCheck for them.
 	RuleTemplateHealthCheck = "template-control-plane-healthcheck"
-	// RuleTemplateFlavors: config/templates has the flavors the release must ship.
+	// RuleTemplateFlavors: config/templates has the flavors the release must ship, and every
+	// flavor names its infrastructure (FlavorInfrastructure).
 	RuleTemplateFlavors = "template-flavors"
+	// RuleTemplateInfrastructure: with default values, every infrastructure object of a
+	// flavor and every infrastructure reference is of the flavor's infrastructure kinds, at
+	// the API version it is checked against; the Cluster refers to the infrastructure
+	// cluster kind, machines to the machine template kind; only the sandbox flavors use the
+	// KAIROS_INFRA_* variables.
+	RuleTemplateInfrastructure = "template-infrastructure"
 )
 
 // Violation is one broken rule.

@@ -26,8 +26,9 @@ import (
 const TemplatesDir = "config/templates"
 
 // RequiredFlavors are the flavors every control-plane release ships; "default" is
-// cluster-template.yaml.
-var RequiredFlavors = []string{"default", "k3s", "ha", "clusterclass"}
+// cluster-template.yaml. default, k3s, ha and clusterclass are the sandbox's (simulated
+// infrastructure); the others are for real infrastructure providers (FlavorInfrastructure).
+var RequiredFlavors = []string{"default", "k3s", "ha", "clusterclass", "vsphere", "metal3", "kubevirt", "proxmox"}
 
 // haFlavors must run a highly available control plane with a MachineHealthCheck.
 var haFlavors = map[string]bool{"ha": true}
@@ -42,12 +43,38 @@ func TemplateFileName(flavor string) string {
 
 // The values the checks give to required template variables. NAMESPACE and CLUSTER_NAME are
 // kept symbolic in the structural checks so that messages show ${CLUSTER_NAME}-... names.
+// The infrastructure samples are values the providers' own CRDs accept (test/flavors applies
+// the flavors with them).
 var (
 	requiredSamples = map[string]string{
 		"CLUSTER_NAME":         "release-check",
 		"NAMESPACE":            "release-check",
 		"KUBERNETES_VERSION":   "v1.31.2",
 		"KAIROS_USER_PASSWORD": "release-check-password",
+		// vsphere, metal3, proxmox
+		"CONTROL_PLANE_ENDPOINT_IP": "10.0.0.10",
+		// vsphere
+		"VSPHERE_SERVER":         "vcenter.example.com",
+		"VSPHERE_TLS_THUMBPRINT": "01:23:45:67:89:AB:CD:EF:01:23:45:67:89:AB:CD:EF:01:23:45:67",
+		"VSPHERE_DATACENTER":     "DC0",
+		"VSPHERE_DATASTORE":      "datastore1",
+		"VSPHERE_FOLDER":         "/DC0/vm/kairos",
+		"VSPHERE_RESOURCE_POOL":  "/DC0/host/cluster0/Resources",
+		"VSPHERE_NETWORK":        "VM Network",
+		"VSPHERE_TEMPLATE":       "kairos-ubuntu-24.04-k0s-v1.31.2",
+		// metal3
+		"IMAGE_URL":      "http://172.22.0.1/images/kairos-k0s.raw",
+		"IMAGE_CHECKSUM": "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+		// kubevirt
+		"NODE_VM_IMAGE_TEMPLATE": "registry.example.com/kairos/kubevirt-k0s:v1.31.2",
+		// proxmox
+		"PROXMOX_SOURCENODE": "pve1",
+		"TEMPLATE_VMID":      "9000",
+		"NODE_IP_RANGES":     "[10.0.0.100-10.0.0.120]",
+		"IP_PREFIX":          "24",
+		"GATEWAY":            "10.0.0.1",
+		"DNS_SERVERS":        "[10.0.0.1, 9.9.9.9]",
+		"BRIDGE":             "vmbr0",
 	}
 	// optionalSamples set every optional variable too, with values that must survive the
 	// substitution (an SSH key has blanks, a crypt hash has $).
@@ -61,8 +88,50 @@ var (
 		"KAIROS_USER_PASSWORD_SECRET_NAME":      "release-check-login",
 		"CLUSTER_CLASS_NAME":                    "release-check-class",
 		"KAIROS_USER_PASSWORD":                  "$6$rounds=4096$saltsalt$0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ./0123456789abcdefgh",
+		"CONTROL_PLANE_ENDPOINT_PORT":           "443",
+		"VSPHERE_CLONE_MODE":                    "linkedClone",
+		"VSPHERE_CONTROL_PLANE_NUM_CPUS":        "4",
+		"VSPHERE_CONTROL_PLANE_MEMORY_MIB":      "8192",
+		"VSPHERE_WORKER_NUM_CPUS":               "8",
+		"VSPHERE_WORKER_MEMORY_MIB":             "16384",
+		"VSPHERE_DISK_GIB":                      "80",
+		"IMAGE_CHECKSUM_TYPE":                   "sha512",
+		"IMAGE_FORMAT":                          "qcow2",
+		"KUBEVIRT_CONTROL_PLANE_SERVICE_TYPE":   "LoadBalancer",
+		"KUBEVIRT_CONTROL_PLANE_CPU_CORES":      "4",
+		"KUBEVIRT_CONTROL_PLANE_MEMORY":         "8Gi",
+		"KUBEVIRT_WORKER_CPU_CORES":             "8",
+		"KUBEVIRT_WORKER_MEMORY":                "16Gi",
+		"ALLOWED_NODES":                         "[pve1, pve2]",
+		"NUM_SOCKETS":                           "2",
+		"NUM_CORES":                             "4",
+		"MEMORY_MIB":                            "8192",
+		"BOOT_VOLUME_DEVICE":                    "virtio0",
+		"BOOT_VOLUME_SIZE":                      "80",
 	}
 )
+
+// RequiredSamples returns the values the checks give to the templates' required variables
+// (a copy): every required variable of every shipped flavor has one.
+func RequiredSamples() map[string]string { return copyMap(requiredSamples) }
+
+// AllSamples returns RequiredSamples plus a value for every optional variable the checks
+// set, chosen to differ from the defaults (KAIROS_DISTRIBUTION is k3s).
+func AllSamples() map[string]string {
+	out := copyMap(optionalSamples)
+	for k, v := range requiredSamples {
+		out[k] = v
+	}
+	return out
+}
+
+func copyMap(m map[string]string) map[string]string {
+	out := make(map[string]string, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
 
 var documentedVariable = regexp.MustCompile("(?m)^\\|\\s*`([A-Z][A-Z0-9_]*)`")
 
@@ -99,6 +168,7 @@ func BuildTemplates(root string) (map[string][]byte, []Violation, error) {
 		}
 		flavor := e.Name()
 		present[flavor] = true
+		checkFlavorInfrastructure(&out, flavor, filepath.Join(TemplatesDir, "flavors", flavor))
 		data, err := Kustomize(filepath.Join(dir, "flavors", flavor))
 		if err != nil {
 			return nil, nil, err
@@ -164,13 +234,7 @@ func CheckTemplate(file, flavor string, data []byte, documented map[string]bool)
 	checkTemplateStructure(&out, file, flavor, symbolicObjs)
 
 	// Schema and validation, once with the defaults and once with every variable set.
-	all := map[string]string{}
-	for k, v := range optionalSamples {
-		all[k] = v
-	}
-	for k, v := range requiredSamples {
-		all[k] = v
-	}
+	all := AllSamples()
 	for _, pass := range []struct {
 		label  string
 		values map[string]string
@@ -179,16 +243,20 @@ func CheckTemplate(file, flavor string, data []byte, documented map[string]bool)
 		if !ok {
 			continue
 		}
+		names := make([]string, len(objs))
 		for i, o := range objs {
 			// Name objects as written (${CLUSTER_NAME}-...); the documents are in the same order.
-			name := objectName(o)
+			names[i] = objectName(o)
 			if len(objs) == len(symbolicObjs) {
-				name = objectName(symbolicObjs[i])
+				names[i] = objectName(symbolicObjs[i])
 			}
-			checkTemplateSchema(&out, file, pass.label, name, o)
+			checkTemplateSchema(&out, file, pass.label, names[i], o)
 		}
-		if haFlavors[flavor] && pass.label == "with default values" {
-			checkHAReplicas(&out, file, objs)
+		if pass.label == "with default values" {
+			checkTemplateInfrastructure(&out, file, flavor, objs, names, set)
+			if haFlavors[flavor] {
+				checkHAReplicas(&out, file, objs)
+			}
 		}
 	}
 	return out
@@ -356,8 +424,8 @@ func newTyped(gvk schema.GroupVersionKind) any {
 func checkTemplateSchema(out *violations, file, label, name string, o *unstructured.Unstructured) {
 	typed := newTyped(o.GroupVersionKind())
 	if typed == nil {
-		// Infrastructure kinds are chosen by variables; their schema is the infrastructure
-		// provider's business.
+		// Infrastructure kinds: test/flavors applies every flavor to an API server with the
+		// provider's real CRDs (RuleTemplateInfrastructure checks the kinds here).
 		return
 	}
 	raw, err := json.Marshal(o.Object)

@@ -86,6 +86,36 @@ func TestTemplatesFollowTheContract(t *testing.T) {
 	if !strings.Contains(string(files["cluster-template.yaml"]), "kind: ${KAIROS_INFRA_CLUSTER_KIND:=KairosSimCluster}") {
 		t.Error("default flavor: want the infrastructure kinds as variables defaulting to KairosSim*")
 	}
+
+	// Every required flavor names its infrastructure; the infrastructure flavors hold their
+	// provider's kinds and nothing of the sandbox's.
+	for _, f := range RequiredFlavors {
+		infra, ok := FlavorInfrastructure[f]
+		if !ok {
+			t.Errorf("flavor %s has no entry in FlavorInfrastructure", f)
+			continue
+		}
+		if infra.Name == SandboxInfrastructure.Name {
+			continue
+		}
+		data := string(files[TemplateFileName(f)])
+		k := kinds(TemplateFileName(f))
+		if k[infra.ClusterKind] != 1 || k[infra.MachineTemplateKind] != 2 || k["KairosControlPlane"] != 1 || k["MachineDeployment"] != 1 {
+			t.Errorf("%s flavor: want one %s, two %s (control plane, workers), one KairosControlPlane and one MachineDeployment, got kinds %v",
+				f, infra.ClusterKind, infra.MachineTemplateKind, k)
+		}
+		for _, s := range []string{"KairosSim", "KAIROS_INFRA_", "InfrastructureCluster", "InfrastructureMachineTemplate"} {
+			if strings.Contains(data, s) {
+				t.Errorf("%s flavor contains %q", f, s)
+			}
+		}
+		if !strings.Contains(data, "${KAIROS_DISTRIBUTION:=k0s}") {
+			t.Errorf("%s flavor: want k0s by default and KAIROS_DISTRIBUTION for k3s", f)
+		}
+	}
+	if got := SandboxFlavors(); strings.Join(got, ",") != "clusterclass,default,ha,k3s" {
+		t.Errorf("sandbox flavors %v", got)
+	}
 }
 
 func TestEveryDocumentedVariableIsUsed(t *testing.T) {
@@ -111,6 +141,7 @@ func TestTemplateChecksFire(t *testing.T) {
 	def := files["cluster-template.yaml"]
 	ha := files["cluster-template-ha.yaml"]
 	cc := files["cluster-template-clusterclass.yaml"]
+	vsphere := files["cluster-template-vsphere.yaml"]
 
 	edit := func(data []byte, fn func(t *testing.T, objs []*unstructured.Unstructured) []*unstructured.Unstructured) func(t *testing.T) []byte {
 		return func(t *testing.T) []byte {
@@ -201,6 +232,22 @@ func TestTemplateChecksFire(t *testing.T) {
 		{"duplicate object", "default", edit(def, func(t *testing.T, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
 			return append(objs, first(t, objs, "MachineDeployment", "").DeepCopy())
 		}), RuleDuplicateObject, "MachineDeployment"},
+		{"another provider's kind in an infrastructure flavor", "vsphere", replace(vsphere, "kind: VSphereCluster\nmetadata:", "kind: ProxmoxCluster\nmetadata:"),
+			RuleTemplateInfrastructure, "ProxmoxCluster ${NAMESPACE}/${CLUSTER_NAME}"},
+		{"infrastructure kind at another API version", "vsphere", edit(vsphere, func(t *testing.T, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+			first(t, objs, "VSphereCluster", "").SetAPIVersion("infrastructure.cluster.x-k8s.io/v1beta1")
+			return objs
+		}), RuleTemplateInfrastructure, "VSphereCluster ${NAMESPACE}/${CLUSTER_NAME}"},
+		{"workers referring to the cluster kind", "vsphere", edit(vsphere, func(t *testing.T, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+			set(t, first(t, objs, "MachineDeployment", ""), "VSphereCluster", "spec", "template", "spec", "infrastructureRef", "kind")
+			return objs
+		}), RuleTemplateInfrastructure, "MachineDeployment ${NAMESPACE}/${CLUSTER_NAME}-md-0"},
+		{"placeholder kind left (kairos.yaml patch forgotten)", "vsphere", edit(vsphere, func(t *testing.T, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+			set(t, first(t, objs, "KairosControlPlane", ""), "InfrastructureMachineTemplate", "spec", "machineTemplate", "spec", "infrastructureRef", "kind")
+			return objs
+		}), RuleTemplateInfrastructure, "KairosControlPlane ${NAMESPACE}/${CLUSTER_NAME}-control-plane"},
+		{"sandbox variable in an infrastructure flavor", "vsphere", replace(vsphere, "kind: VSphereCluster\n    name: ${CLUSTER_NAME}",
+			"kind: ${KAIROS_INFRA_CLUSTER_KIND:=VSphereCluster}\n    name: ${CLUSTER_NAME}"), RuleTemplateInfrastructure, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -229,6 +276,28 @@ func TestMissingFlavor(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectRule(t, vs, RuleTemplateFlavors, "")
+}
+
+// A flavor folder whose infrastructure the release module does not know is refused: the
+// tests that apply every flavor to its provider's CRDs would not know what to install.
+func TestFlavorWithoutInfrastructure(t *testing.T) {
+	tmp := t.TempDir()
+	copyTree(t, root(t), tmp, TemplatesDir)
+	if err := os.Rename(filepath.Join(tmp, TemplatesDir, "flavors", "vsphere"), filepath.Join(tmp, TemplatesDir, "flavors", "vsphere-custom")); err != nil {
+		t.Fatal(err)
+	}
+	_, vs, err := BuildTemplates(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	expectRule(t, vs, RuleTemplateFlavors, "")
+	found := false
+	for _, v := range vs {
+		found = found || v.Rule == RuleTemplateFlavors && strings.Contains(v.Message, "vsphere-custom") && strings.Contains(v.Message, "FlavorInfrastructure")
+	}
+	if !found {
+		t.Errorf("no violation names the flavor and FlavorInfrastructure: %v", vs)
+	}
 }
 
 func TestScanVariables(t *testing.T) {

@@ -103,9 +103,14 @@ func TestScaleSubresource(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = getScale()
-	s.Spec.Replicas = 2
+	s.Spec.Replicas = 1
 	err := c.SubResource("scale").Update(ctx, cp, client.WithSubResourceBody(s))
 	assertRejected(t, err, []string{"spec.rollout.strategy.rollingUpdate.maxSurge", "use maxSurge 1 or at least 3 replicas"})
+	// An even count is refused too: it tolerates no more failures than the odd one below.
+	s = getScale()
+	s.Spec.Replicas = 4
+	err = c.SubResource("scale").Update(ctx, cp, client.WithSubResourceBody(s))
+	assertRejected(t, err, []string{"spec.replicas", "must be odd"})
 	surge0 = getKCP()
 	surge0.Spec.Rollout.Strategy.RollingUpdate.MaxSurge = ptr.To(intstr.FromInt32(1))
 	surge0.Spec.Replicas = ptr.To[int32](1)

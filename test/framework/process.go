@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -71,15 +72,34 @@ func StartProcess(name, logPath string, env []string, bin string, args ...string
 	// Where supported, the process dies with the test binary even when cleanups do not run
 	// (a test timeout panics).
 	p.cmd.SysProcAttr = childProcAttr()
-	if err := p.cmd.Start(); err != nil {
+	if err := StartOnLockedThread(p.cmd, func(err error) {
+		p.err = err
+		close(p.done)
+	}); err != nil {
 		f.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}
-	go func() {
-		p.err = p.cmd.Wait()
-		close(p.done)
-	}()
 	return p, nil
+}
+
+// StartOnLockedThread starts cmd from a goroutine locked to its OS thread, waits for it there
+// and calls exited with the result. Linux sends the parent-death signal (Pdeathsig) when the
+// thread that forked the child ends, not the process: forked from an ordinary thread, the child
+// is killed as soon as that thread happens to run a goroutine that locks it and returns (the
+// runtime then ends the thread). The locked thread here lives exactly as long as the child.
+func StartOnLockedThread(cmd *exec.Cmd, exited func(error)) error {
+	started := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		// Never unlocked: the thread ends with this goroutine, after the child has exited.
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		exited(cmd.Wait())
+	}()
+	return <-started
 }
 
 // Write implements io.Writer for the process' output.

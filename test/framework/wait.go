@@ -1,12 +1,17 @@
 package framework
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	uberzap "go.uber.org/zap"
+	"go.uber.org/zap/zapcore"
 	"sigs.k8s.io/controller-runtime/pkg/log/zap"
 )
 
@@ -14,14 +19,21 @@ import (
 // last error, so that a failure says what was still wrong.
 func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 	t.Helper()
+	if err := Poll(timeout, check); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Poll calls check until it returns nil or timeout passes, and returns the last error then.
+func Poll(timeout time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
 	for {
 		err := check()
 		if err == nil {
-			return
+			return nil
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("still failing after %s: %v", timeout, err)
+			return fmt.Errorf("still failing after %s: %w", timeout, err)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -46,11 +58,70 @@ func Context(t testing.TB) context.Context {
 	return ctx
 }
 
-// Logger returns the logger of the controllers under test: silent unless KAIROS_TEST_LOG is set,
-// so that test output stays readable while a failing run can be repeated with full logs.
+// Logger returns the logger of the controllers under test: silent unless KAIROS_TEST_LOG is set
+// or a LogCapture runs, so that test output stays readable while a failing run can be repeated
+// with full logs. All loggers it returns share one level and one output, switched at run time.
 func Logger() logr.Logger {
-	if os.Getenv("KAIROS_TEST_LOG") == "" {
-		return logr.Discard()
+	logSink.once.Do(func() {
+		if os.Getenv("KAIROS_TEST_LOG") != "" {
+			logSink.level.SetLevel(zapcore.DebugLevel)
+		}
+	})
+	return zap.New(zap.UseDevMode(true), zap.WriteTo(&logSink), zap.Level(logSink.level))
+}
+
+// logSink is where every Logger writes: stderr with KAIROS_TEST_LOG, and the running capture.
+var logSink = sharedLogSink{level: uberzap.NewAtomicLevelAt(zapcore.FatalLevel + 1)}
+
+type sharedLogSink struct {
+	once    sync.Once
+	level   uberzap.AtomicLevel
+	mu      sync.Mutex
+	capture *bytes.Buffer
+}
+
+func (s *sharedLogSink) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.capture != nil {
+		s.capture.Write(p)
 	}
-	return zap.New(zap.UseDevMode(true), zap.WriteTo(os.Stderr))
+	if os.Getenv("KAIROS_TEST_LOG") != "" {
+		return os.Stderr.Write(p)
+	}
+	return len(p), nil
+}
+
+// LogCapture records everything the controllers log, at every verbosity, until Stop.
+type LogCapture struct{ buf bytes.Buffer }
+
+// captureVerbosity is the most detailed level a capture records: V(7). From V(8) on, client-go
+// logs the bodies of HTTP requests and responses by design (kubectl's --v=8 "display HTTP
+// request contents"), in every controller that uses it, whatever the objects hold.
+const captureVerbosity = 7
+
+// CaptureLogs starts recording every log line of every Logger up to V(7): tests that check what
+// controllers never log (secret material) read it with Stop.
+func CaptureLogs() *LogCapture {
+	Logger() // initialize the level
+	c := &LogCapture{}
+	logSink.mu.Lock()
+	logSink.capture = &c.buf
+	logSink.mu.Unlock()
+	// logr's V(n) is zap level -n.
+	logSink.level.SetLevel(zapcore.Level(-captureVerbosity))
+	return c
+}
+
+// Stop ends the capture and returns what was logged.
+func (c *LogCapture) Stop() string {
+	logSink.mu.Lock()
+	defer logSink.mu.Unlock()
+	logSink.capture = nil
+	if os.Getenv("KAIROS_TEST_LOG") != "" {
+		logSink.level.SetLevel(zapcore.DebugLevel)
+	} else {
+		logSink.level.SetLevel(zapcore.FatalLevel + 1)
+	}
+	return c.buf.String()
 }

@@ -1,7 +1,9 @@
 // Package harness runs an in-process Cluster API management cluster for the lifecycle tests:
 // one envtest API server with Cluster API's core CRDs and admission webhooks, our bootstrap
 // provider's, the simulation infrastructure provider's (test/infrastructure) and any extra
-// provider's; and one manager running Cluster API's ClusterCache and core reconcilers
+// provider's, with kube-controller-manager's garbage collector and namespace controller (so
+// owner references delete what a deleted object owned, as in a real management cluster); and
+// one manager running Cluster API's ClusterCache and core reconcilers
 // (Cluster, Machine, MachineSet, MachineDeployment, MachineHealthCheck), the bootstrap provider,
 // the simulation infrastructure controllers and the extra providers' Setup functions. Machines
 // become simulated Kairos nodes (test/simnode) that start real workload API servers.
@@ -134,6 +136,10 @@ type Harness struct {
 
 	opts        Options
 	ownRegistry bool
+	// gc is the controller manager running the garbage collector and the namespace controller
+	// of the API server this harness started.
+	gc    *framework.Process
+	gcDir string
 
 	mu  sync.Mutex
 	run *managerRun
@@ -221,12 +227,38 @@ func Start(t testing.TB, o Options) *Harness {
 	return h
 }
 
+// GarbageCollectorState says whether the harness' kube-controller-manager still runs, and what
+// it logged apart from namespace deletions, for failures that depend on it.
+func (h *Harness) GarbageCollectorState() string {
+	if h.gc == nil {
+		return "not started"
+	}
+	var lines []string
+	for _, l := range strings.Split(h.gc.Output(), "\n") {
+		if !strings.Contains(l, "namespace_controller.go") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) > 40 {
+		lines = lines[len(lines)-40:]
+	}
+	state := "running"
+	if exited, err := h.gc.Exited(); exited {
+		state = fmt.Sprintf("exited (%v)", err)
+	}
+	return state + "; last log lines:\n" + strings.Join(lines, "\n")
+}
+
 // Stop stops the manager, every simulated node and workload cluster, and the management API
 // server.
 func (h *Harness) Stop() error {
 	errs := []error{h.StopManager()}
 	if h.ownRegistry && h.Registry != nil {
 		h.Registry.Close()
+	}
+	if h.gc != nil {
+		errs = append(errs, h.gc.Stop(10*time.Second))
+		_ = os.RemoveAll(h.gcDir)
 	}
 	if h.Env != nil && h.opts.Env == nil {
 		errs = append(errs, h.Env.Stop())
@@ -277,6 +309,14 @@ func (h *Harness) startEnv() error {
 	}
 	h.Env = &framework.Environment{Environment: env, Config: cfg, Client: c}
 	h.Client = c
+	if h.gcDir, err = os.MkdirTemp("", "kairos-harness-kcm-"); err != nil {
+		_ = env.Stop()
+		return err
+	}
+	if h.gc, err = h.Env.StartControllerManager(h.gcDir); err != nil {
+		_ = env.Stop()
+		return fmt.Errorf("starting the garbage collector: %w", err)
+	}
 	return nil
 }
 

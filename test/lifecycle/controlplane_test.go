@@ -11,7 +11,9 @@ import (
 
 	autoscalingv1 "k8s.io/api/autoscaling/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -85,7 +87,7 @@ func newControlPlaneCluster(t *testing.T, dist bootstrapv1.Distribution, o cpOpt
 				},
 			}},
 			KairosConfigSpec: bootstrapv1.KairosConfigSpec{
-				UserPassword: "s3cret-for-tests",
+				UserPassword: testPassword,
 				Manifests: []bootstrapv1.Manifest{{
 					Name:    "platform-namespace.yaml",
 					Content: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + platformNamespace + "\n",
@@ -265,6 +267,10 @@ func TestControlPlaneWithWorkers(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			start := time.Now()
+			// Everything the controllers log, up to debug verbosity V(7), is searched for secrets
+			// below.
+			capture := framework.CaptureLogs()
+			defer capture.Stop()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
 			md, err := c.CreateMachineDeployment(c.ctx, "workers", harness.MachineDeploymentOptions{
 				Replicas: 2, Version: version, Config: workerConfig(dist),
@@ -355,6 +361,10 @@ func TestControlPlaneWithWorkers(t *testing.T) {
 			if now, err := c.controlPlaneMachines(); err != nil || len(now) != 1 || now[0].Name != machines[0].Name {
 				t.Errorf("metadata propagation replaced the Machine: %v %v", now, err)
 			}
+
+			// No key, token or password reached a log line, an Event or a condition.
+			needles := secretNeedles(c.ctx, t, c.Cluster.Namespace, wl, testPassword)
+			assertNoSecretMaterial(c.ctx, t, c.Cluster.Namespace, wl, needles, capture.Stop())
 			t.Logf("%s scenario checked after %s", dist, time.Since(start).Round(time.Second))
 		})
 	}
@@ -631,8 +641,43 @@ func TestDeleteCluster(t *testing.T) {
 			if err == nil {
 				t.Error("the KairosControlPlane is still there")
 			}
+			// Nothing the cluster owned is left: its Secrets (CA keys, bootstrap data, tokens,
+			// kubeconfig), KairosConfigs and infrastructure objects go with it, through owner
+			// references and the garbage collector, as in a real management cluster.
+			if err := framework.Poll(time.Minute, func() error { return leftovers(c.ctx, c.Cluster.Namespace) }); err != nil {
+				t.Errorf("%v\ngarbage collector: %s", err, h.GarbageCollectorState())
+			}
 		})
 	}
+}
+
+// leftovers lists the objects of a namespace that a deleted cluster left behind.
+func leftovers(ctx context.Context, namespace string) error {
+	var left []string
+	for _, list := range []client.ObjectList{
+		&corev1.SecretList{}, &bootstrapv1.KairosConfigList{}, &bootstrapv1.KairosConfigTemplateList{},
+		&infrav1.KairosSimMachineList{}, &infrav1.KairosSimMachineTemplateList{}, &infrav1.KairosSimClusterList{},
+		&controlplanev1.KairosControlPlaneList{}, &clusterv1.MachineList{}, &clusterv1.MachineSetList{},
+	} {
+		if err := h.Client.List(ctx, list, client.InNamespace(namespace)); err != nil {
+			return err
+		}
+		if err := meta.EachListItem(list, func(o runtime.Object) error {
+			obj := o.(client.Object)
+			var owners []string
+			for _, ref := range obj.GetOwnerReferences() {
+				owners = append(owners, ref.Kind+"/"+ref.Name+"/"+string(ref.UID))
+			}
+			left = append(left, fmt.Sprintf("%T %s (owners %v, deleting %v)", o, obj.GetName(), owners, !obj.GetDeletionTimestamp().IsZero()))
+			return nil
+		}); err != nil {
+			return err
+		}
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("left behind: %s", strings.Join(left, ", "))
+	}
+	return nil
 }
 
 func hasLabel(m *clusterv1.Machine, key string) bool {

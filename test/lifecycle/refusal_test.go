@@ -161,14 +161,21 @@ func TestWrongInstalledVersionIsRefused(t *testing.T) {
 				t.Fatal(err)
 			}
 			sm := &infrav1.KairosSimMachine{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "cp-0"}}
-			harness.WaitForCondition(t, h.Client, sm, infrav1.BootstrapSucceededCondition, metav1.ConditionFalse, simnode.ReasonPreflightFailed, waitRefusal)
+			// The patch helper writes conditions and the rest of the status in two requests, so
+			// the condition can be seen a moment before the phase: wait for both.
+			framework.Eventually(t, waitRefusal, func() error {
+				if err := harness.CheckCondition(ctx, h.Client, sm, infrav1.BootstrapSucceededCondition, metav1.ConditionFalse, simnode.ReasonPreflightFailed); err != nil {
+					return err
+				}
+				if sm.Status.NodePhase != string(simnode.PhaseRefused) {
+					return fmt.Errorf("node phase %q, want %s", sm.Status.NodePhase, simnode.PhaseRefused)
+				}
+				return nil
+			})
 			msg := conditions.Get(sm, infrav1.BootstrapSucceededCondition).Message
 			t.Logf("refused after %s: %s", time.Since(start).Round(time.Second), msg)
 			if !strings.Contains(msg, installed) || !strings.Contains(msg, "does not match the requested "+version) {
 				t.Errorf("refusal %q does not name the installed and requested versions", msg)
-			}
-			if sm.Status.NodePhase != string(simnode.PhaseRefused) {
-				t.Errorf("node phase %q, want %s", sm.Status.NodePhase, simnode.PhaseRefused)
 			}
 			framework.Consistently(t, 10*time.Second, func() error {
 				if n := tc.Node("cp-0"); n == nil || n.SentinelExists() {

@@ -35,9 +35,13 @@ var distributions = []bootstrapv1.Distribution{bootstrapv1.DistributionK0s, boot
 // platformNamespace is created by a manifest of the control-plane KairosConfig.
 const platformNamespace = "platform"
 
+// testPassword is the login password of every simulated node: unique enough that finding it in a
+// log means it leaked.
+const testPassword = "s3cret-for-tests-9f3k2"
+
 func controlPlaneConfig(dist bootstrapv1.Distribution) bootstrapv1.KairosConfigSpec {
 	return bootstrapv1.KairosConfigSpec{
-		Role: bootstrapv1.RoleControlPlane, Distribution: dist, SingleNode: true, UserPassword: "s3cret-for-tests",
+		Role: bootstrapv1.RoleControlPlane, Distribution: dist, SingleNode: true, UserPassword: testPassword,
 		Manifests: []bootstrapv1.Manifest{{
 			Name:    "platform-namespace.yaml",
 			Content: "apiVersion: v1\nkind: Namespace\nmetadata:\n  name: " + platformNamespace + "\n",
@@ -46,7 +50,7 @@ func controlPlaneConfig(dist bootstrapv1.Distribution) bootstrapv1.KairosConfigS
 }
 
 func workerConfig(dist bootstrapv1.Distribution) bootstrapv1.KairosConfigSpec {
-	return bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, Distribution: dist, UserPassword: "s3cret-for-tests"}
+	return bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, Distribution: dist, UserPassword: testPassword}
 }
 
 // waitControlPlaneInitialized waits for Cluster API to report the control plane initialized.

@@ -62,7 +62,7 @@ func run(m *testing.M) int {
 		ExtraWebhookDirs: []string{filepath.Join(root, "controlplane", "config", "webhook")},
 		AddToScheme:      []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
 		Setup: []harness.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
-			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 4})
+			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 4, EtcdHealthInterval: 5 * time.Second})
 		}},
 		// Short join-token lifetime: scenarios run long enough to see refreshes.
 		BootstrapTokenTTL: 2 * time.Minute,

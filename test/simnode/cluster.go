@@ -7,7 +7,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,9 +24,10 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/kairos-capi/kairos-capi/common/pki"
 	"github.com/kairos-capi/kairos-capi/common/render"
-	"github.com/kairos-capi/kairos-capi/common/token"
 )
 
 // Cluster is a simulated workload cluster: a real etcd and kube-apiserver listening on the
@@ -48,31 +48,43 @@ type Cluster struct {
 	// single is k0s --single: the controller refuses every join.
 	single bool
 
-	etcd, apiserver *process
-	config          *rest.Config
-	client          client.Client
-	kube            kubernetes.Interface
+	apiserver *process
+	config    *rest.Config
+	client    client.Client
+	kube      kubernetes.Interface
+
+	// init is the node that started the cluster: its retried boots reuse the cluster.
+	init *Node
+	// etcdLB is how the API server reaches etcd: any member that accepts connections.
+	etcdLB         *etcdBalancer
+	etcdClientOnce sync.Once
+	etcdCli        *clientv3.Client
+	etcdClientErr  error
 
 	crdOnce sync.Once
 	crdErr  error
 
-	mu      sync.Mutex
-	members map[string]*EtcdMember
+	mu sync.Mutex
+	// servers are the control-plane nodes' etcd members, by member name.
+	servers map[string]*etcdServer
 	stopped bool
 	cancel  context.CancelFunc
 	loop    chan struct{}
 }
 
-// EtcdMember is one member of a simulated cluster's etcd.
+// EtcdMember is one member of a simulated cluster's etcd, as etcd's member list has it.
 type EtcdMember struct {
-	// Name is the etcd member name: the node name for k0s, <node name>-<8 hex> for k3s.
+	// Name is the etcd member name: the node name for k0s, <node name>-<8 hex> for k3s; empty
+	// for a member that was added but never started.
 	Name string
 	// NodeName is the Node of the server running the member.
 	NodeName string
 	// MemberID is the member's id in hex.
 	MemberID string
-	// PeerAddress is the member's (simulated, unique) peer IP address.
+	// PeerAddress is the host of the member's peer URL: its node's address.
 	PeerAddress string
+	// IsLearner tells a learner (a k3s server that has not caught up yet).
+	IsLearner bool
 }
 
 // Endpoint is host:port of the cluster's API server.
@@ -95,22 +107,20 @@ func (c *Cluster) Running() bool {
 	return !c.stopped && !c.apiserver.exited()
 }
 
-// EtcdMembers lists the current members of the cluster's etcd, by name. A member that left
-// (k0s EtcdMember spec.leave, k3s etcd.k3s.cattle.io/remove) is no longer listed.
+// EtcdMembers lists the current members of the cluster's etcd, by name, as etcd's own member
+// list (read with quorum) has them; nil when etcd cannot answer. A member that left (k0s
+// EtcdMember spec.leave, k3s etcd.k3s.cattle.io/remove) is no longer listed.
 func (c *Cluster) EtcdMembers() []EtcdMember {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := make([]EtcdMember, 0, len(c.members))
-	for _, m := range c.members {
-		out = append(out, *m)
+	members, err := c.etcdMembers(context.Background())
+	if err != nil {
+		return nil
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
-	return out
+	return members
 }
 
-// startCluster starts the workload API server of an init node. The node's PKI is copied to
-// the cluster's own directory: the server outlives the node.
-func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, cp *clusterPKI) (*Cluster, error) {
+// startCluster starts the workload cluster of an init node: its etcd member, then the API
+// server. The node's PKI is copied to the cluster's own directory: the server outlives the node.
+func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, cp *clusterPKI, init *etcdServer) (*Cluster, error) {
 	host, portStr, err := net.SplitHostPort(endpoint)
 	if err != nil {
 		return nil, err
@@ -124,8 +134,8 @@ func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, c
 		return nil, err
 	}
 	c := &Cluster{
-		reg: r, endpoint: endpoint, distribution: p.distribution, dir: dir, pki: cp,
-		members: map[string]*EtcdMember{}, loop: make(chan struct{}),
+		reg: r, endpoint: endpoint, distribution: p.distribution, dir: dir, pki: cp, init: init.node,
+		servers: map[string]*etcdServer{}, loop: make(chan struct{}),
 		single: p.distribution == render.K0s && p.flags.bool("single"),
 	}
 	if p.distribution == render.K3s {
@@ -138,7 +148,7 @@ func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, c
 		}
 		c.k3sToken, c.k3sEtcd = t, p.flags.bool("cluster-init")
 	}
-	if err := c.start(ctx, host, port); err != nil {
+	if err := c.start(ctx, host, port, init); err != nil {
 		c.stopProcesses()
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -151,8 +161,9 @@ func (c *Cluster) write(name string, data []byte) (string, error) {
 	return path, os.WriteFile(path, data, 0o600)
 }
 
-// start runs etcd and kube-apiserver and waits until the API server is ready.
-func (c *Cluster) start(ctx context.Context, host string, port int) error {
+// start runs the init node's etcd member and kube-apiserver and waits until the API server is
+// ready.
+func (c *Cluster) start(ctx context.Context, host string, port int, init *etcdServer) error {
 	assets := c.reg.assets
 	cp := c.pki
 	files := map[string][]byte{
@@ -171,7 +182,6 @@ func (c *Cluster) start(ctx context.Context, host string, port int) error {
 		{"serving", cp.serverCA, true, "kube-apiserver", nil, []string{
 			host, "127.0.0.1", "localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc",
 			"kubernetes.default.svc.cluster.local", "10.96.0.1"}},
-		{"etcd-server", cp.etcdCA, true, "etcd", nil, []string{"127.0.0.1", "localhost"}},
 		{"apiserver-etcd-client", cp.etcdCA, false, "kube-apiserver-etcd-client", nil, nil},
 		{"front-proxy-client", cp.frontProxyCA, false, "front-proxy-client", nil, nil},
 		{"admin", cp.clientCA, false, "kairos-sim-admin", []string{"system:masters"}, nil},
@@ -200,27 +210,18 @@ func (c *Cluster) start(ctx context.Context, host string, port int) error {
 		paths[name] = path
 	}
 
-	etcdPort, err := freePort()
-	if err != nil {
+	if err := init.start(init.name+"="+init.peerURL(), "new"); err != nil {
+		return fmt.Errorf("starting etcd: %w", err)
+	}
+	c.addServer(init)
+	if err := init.waitServing(ctx, 30*time.Second); err != nil {
 		return err
 	}
-	etcdURL := "https://127.0.0.1:" + strconv.Itoa(etcdPort)
-	c.etcd, err = startProcess(c.dir, "etcd", filepath.Join(assets, "etcd"), []string{
-		"--name=default",
-		"--data-dir=" + filepath.Join(c.dir, "etcd-data"),
-		"--listen-client-urls=" + etcdURL,
-		"--advertise-client-urls=" + etcdURL,
-		"--listen-peer-urls=http://127.0.0.1:0",
-		"--cert-file=" + paths["etcd-server.crt"],
-		"--key-file=" + paths["etcd-server.key"],
-		"--trusted-ca-file=" + paths["etcd-ca.crt"],
-		"--client-cert-auth=true",
-		"--unsafe-no-fsync=true",
-		"--log-level=warn",
-	})
-	if err != nil {
+	var err error
+	if c.etcdLB, err = newEtcdBalancer(c.memberServers); err != nil {
 		return err
 	}
+	etcdURL := "https://" + c.etcdLB.addr()
 	c.apiserver, err = startProcess(c.dir, "kube-apiserver", filepath.Join(assets, "kube-apiserver"), []string{
 		"--advertise-address=127.0.0.1",
 		"--bind-address=" + host,
@@ -286,8 +287,8 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 		if c.apiserver.exited() {
 			return fmt.Errorf("kube-apiserver exited: %v\n%s", c.apiserver.err, c.apiserver.logTail(20))
 		}
-		if c.etcd.exited() {
-			return fmt.Errorf("etcd exited: %v\n%s", c.etcd.err, c.etcd.logTail(20))
+		if len(c.memberServers()) == 0 {
+			return errors.New("no etcd member runs")
 		}
 		body, err := c.kube.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		if err == nil && strings.TrimSpace(string(body)) == "ok" {
@@ -359,11 +360,25 @@ func (c *Cluster) Stop() {
 	_ = os.RemoveAll(c.dir)
 }
 
-// stopProcesses kills the API server and etcd: the simulated machines are switched off, and
-// nothing of their state is kept.
+// stopProcesses kills the API server and every etcd member still running: the simulated
+// machines are switched off, and nothing of their state is kept.
 func (c *Cluster) stopProcesses() {
 	c.apiserver.stop(0)
-	c.etcd.stop(0)
+	if c.etcdCli != nil {
+		_ = c.etcdCli.Close()
+	}
+	if c.etcdLB != nil {
+		c.etcdLB.close()
+	}
+	c.mu.Lock()
+	servers := make([]*etcdServer, 0, len(c.servers))
+	for _, e := range c.servers {
+		servers = append(servers, e)
+	}
+	c.mu.Unlock()
+	for _, e := range servers {
+		e.kill()
+	}
 }
 
 // issueClientCert signs a client certificate with the cluster's client CA.
@@ -422,14 +437,14 @@ func (c *Cluster) approveNodeCSR(ctx context.Context, name string) error {
 // k0sJoinAPI checks a controller join token the way k0s' join API (port 9443) does: the
 // bootstrap-token Secret must exist, hold the token's secret, allow controller joins and, as
 // k0s' token cleaner deletes expired tokens, not be expired.
-func (c *Cluster) k0sJoinAPI(ctx context.Context, t token.BootstrapToken) error {
+func (c *Cluster) k0sJoinAPI(ctx context.Context, t bootstrapToken) error {
 	if c.single {
 		return errors.New("the controller runs with --single and accepts no joins")
 	}
 	s := &corev1.Secret{}
-	err := c.client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: t.SecretName()}, s)
+	err := c.client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: t.secretName()}, s)
 	if apierrors.IsNotFound(err) {
-		return errUnauthorized("no bootstrap token " + t.ID)
+		return errUnauthorized("no bootstrap token " + t.id)
 	}
 	if err != nil {
 		return err
@@ -437,19 +452,19 @@ func (c *Cluster) k0sJoinAPI(ctx context.Context, t token.BootstrapToken) error 
 	if s.Type != corev1.SecretTypeBootstrapToken {
 		return errUnauthorized("secret " + s.Name + " is not a bootstrap token")
 	}
-	if string(s.Data["token-secret"]) != t.Secret {
-		return errUnauthorized("wrong secret for bootstrap token " + t.ID)
+	if string(s.Data["token-secret"]) != t.secret {
+		return errUnauthorized("wrong secret for bootstrap token " + t.id)
 	}
 	if string(s.Data["usage-controller-join"]) != "true" && string(s.Data["usage-bootstrap-controller-join"]) != "true" {
-		return errUnauthorized("bootstrap token " + t.ID + " does not allow controller joins")
+		return errUnauthorized("bootstrap token " + t.id + " does not allow controller joins")
 	}
 	if exp := string(s.Data["expiration"]); exp != "" {
 		at, err := time.Parse(time.RFC3339, exp)
 		if err != nil {
-			return errUnauthorized("bootstrap token " + t.ID + " has an unreadable expiration")
+			return errUnauthorized("bootstrap token " + t.id + " has an unreadable expiration")
 		}
 		if time.Now().After(at) {
-			return errUnauthorized("bootstrap token " + t.ID + " expired at " + exp)
+			return errUnauthorized("bootstrap token " + t.id + " expired at " + exp)
 		}
 	}
 	return nil
@@ -463,22 +478,18 @@ func errUnauthorized(why string) error {
 // do: the CA hash in the token must match the server's CA (the node downloads /cacerts and
 // compares) and the password must be the cluster's.
 func (c *Cluster) k3sSupervisorJoin(t string) error {
-	hash, _, password, err := token.ParseK3sToken(t)
+	tok, err := parseK3sToken(t)
 	if err != nil {
 		return err
 	}
-	want, err := token.K3sCAHash(c.pki.serverCA.Cert)
+	if want := k3sCAHash(c.pki.serverCA.Cert); tok.caHash != want {
+		return fmt.Errorf("token CA hash %s does not match the server's CA hash %s", tok.caHash, want)
+	}
+	cluster, err := parseK3sToken(c.k3sToken)
 	if err != nil {
 		return err
 	}
-	if hash != want {
-		return fmt.Errorf("token CA hash %s does not match the server's CA hash %s", hash, want)
-	}
-	_, _, clusterPassword, err := token.ParseK3sToken(c.k3sToken)
-	if err != nil {
-		return err
-	}
-	if password != clusterPassword {
+	if tok.password != cluster.password {
 		return errors.New("the supervisor answered 401 Unauthorized: the token's password is not the cluster's")
 	}
 	return nil
@@ -487,16 +498,12 @@ func (c *Cluster) k3sSupervisorJoin(t string) error {
 // checkK3sToken checks the token an init server was given against its CA: k3s refuses to start
 // when a secure token pins another CA than the one on disk.
 func checkK3sToken(t string, serverCA []byte) error {
-	hash, _, _, err := token.ParseK3sToken(t)
+	tok, err := parseK3sToken(t)
 	if err != nil {
 		return err
 	}
-	want, err := token.K3sCAHash(serverCA)
-	if err != nil {
-		return err
-	}
-	if hash != want {
-		return fmt.Errorf("token CA hash %s does not match the hash %s of server-ca.crt", hash, want)
+	if want := k3sCAHash(serverCA); tok.caHash != want {
+		return fmt.Errorf("token CA hash %s does not match the hash %s of server-ca.crt", tok.caHash, want)
 	}
 	return nil
 }

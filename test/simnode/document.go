@@ -306,7 +306,7 @@ func (p *plan) startsBootstrapUnit() bool {
 	}
 	_, unit := p.files[render.BootstrapUnitPath]
 	script := p.files[render.BootstrapScript]
-	return started && unit && strings.Contains(script, render.SentinelPath)
+	return started && unit && strings.Contains(script, sentinelPath)
 }
 
 // k0sAPI is the part of /etc/k0s/k0s.yaml the simulation reads.
@@ -327,7 +327,7 @@ func (p *plan) serverEndpoint() (string, error) {
 	if p.distribution == render.K0s {
 		path := p.flags.value("config")
 		if path == "" {
-			path = render.K0sConfigPath
+			path = k0sConfigPath
 		}
 		raw, err := p.file(path)
 		if err != nil {

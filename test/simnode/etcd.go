@@ -128,57 +128,51 @@ func randomHex(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// joinK0sEtcd adds a k0s controller to etcd and publishes its EtcdMember, as k0s does when a
-// controller starts (re-joining resets spec.leave to false).
-func (c *Cluster) joinK0sEtcd(ctx context.Context, nodeName, peerIP string) error {
+// joinK0sEtcd publishes a k0s controller's EtcdMember, as k0s does when a controller starts
+// (re-joining resets spec.leave to false): named after the node, with the member's real ID and
+// peer address.
+func (c *Cluster) joinK0sEtcd(ctx context.Context, e *etcdServer) error {
 	if err := c.ensureEtcdMemberCRD(ctx); err != nil {
 		return err
 	}
-	m := &EtcdMember{Name: nodeName, NodeName: nodeName, MemberID: randomHex(8), PeerAddress: peerIP}
+	members, err := c.etcdMembers(ctx)
+	if err != nil {
+		return fmt.Errorf("reading etcd's members: %w", err)
+	}
+	memberID := ""
+	for _, m := range members {
+		if m.Name == e.name {
+			memberID = m.MemberID
+		}
+	}
+	if memberID == "" {
+		return fmt.Errorf("etcd has no member %s yet", e.name)
+	}
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(EtcdMemberGVK)
-	u.SetName(nodeName)
+	u.SetName(e.name)
 	_ = unstructured.SetNestedField(u.Object, false, "spec", "leave")
-	err := c.client.Create(ctx, u)
+	err = c.client.Create(ctx, u)
 	if apierrors.IsAlreadyExists(err) {
-		if err = c.client.Get(ctx, client.ObjectKey{Name: nodeName}, u); err == nil {
+		if err = c.client.Get(ctx, client.ObjectKey{Name: e.name}, u); err == nil {
 			_ = unstructured.SetNestedField(u.Object, false, "spec", "leave")
 			err = c.client.Update(ctx, u)
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("publishing EtcdMember %s: %w", nodeName, err)
+		return fmt.Errorf("publishing EtcdMember %s: %w", e.name, err)
 	}
 	_ = unstructured.SetNestedMap(u.Object, map[string]any{
-		"peerAddress": m.PeerAddress,
-		"memberID":    m.MemberID,
+		"peerAddress": e.ip,
+		"memberID":    memberID,
 		"conditions": []any{map[string]any{
 			"type": "Joined", "status": "True", "lastTransitionTime": metav1.Now().UTC().Format(time.RFC3339),
 		}},
 	}, "status")
 	if err := c.client.Status().Update(ctx, u); err != nil {
-		return fmt.Errorf("publishing the status of EtcdMember %s: %w", nodeName, err)
+		return fmt.Errorf("publishing the status of EtcdMember %s: %w", e.name, err)
 	}
-	c.mu.Lock()
-	c.members[m.Name] = m
-	c.mu.Unlock()
 	return nil
-}
-
-// addMember records a member (k3s servers, whose Node carries the annotations).
-func (c *Cluster) addMember(m *EtcdMember) {
-	c.mu.Lock()
-	c.members[m.Name] = m
-	c.mu.Unlock()
-}
-
-// removeMember removes a member; it reports whether it was one.
-func (c *Cluster) removeMember(name string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.members[name]
-	delete(c.members, name)
-	return ok
 }
 
 // reconcileMembership honours leave requests, as k0s' etcd member controller and k3s' managed
@@ -205,9 +199,16 @@ func (c *Cluster) reconcileK0sMembers(ctx context.Context) {
 		if !leave {
 			continue
 		}
-		c.removeMember(u.GetName())
 		conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
 		if joinedStatus(conds) == "False" {
+			continue
+		}
+		// k0s' leader removes the member from etcd, which needs quorum; until it can, it
+		// reports the failure and retries.
+		if err := c.removeEtcdMember(ctx, u.GetName()); err != nil {
+			_ = unstructured.SetNestedField(u.Object, "Failed", "status", "reconcileStatus")
+			_ = unstructured.SetNestedField(u.Object, err.Error(), "status", "message")
+			_ = c.client.Status().Update(ctx, u)
 			continue
 		}
 		_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{
@@ -246,7 +247,9 @@ func (c *Cluster) reconcileK3sMembers(ctx context.Context) {
 				continue
 			}
 			if name := ann[K3sNodeNameAnnotation]; name != "" && ann[K3sRemovedNodeNameAnnotation] == "" {
-				c.removeMember(name)
+				if err := c.removeEtcdMember(ctx, name); err != nil {
+					continue // k3s keeps the finalizer and retries
+				}
 			}
 			n.Finalizers = removeString(n.Finalizers, K3sEtcdFinalizer)
 			_ = c.client.Update(ctx, n)
@@ -272,7 +275,9 @@ func (c *Cluster) reconcileK3sMembers(ctx context.Context) {
 		if !ok || ann[K3sNodeAddressAnnotation] == "" {
 			continue // k3s reports an error and retries
 		}
-		c.removeMember(name)
+		if err := c.removeEtcdMember(ctx, name); err != nil {
+			continue // k3s reports an error and retries
+		}
 		n.Annotations[K3sRemovedNodeNameAnnotation] = name
 		delete(n.Annotations, K3sNodeNameAnnotation)
 		delete(n.Annotations, K3sNodeAddressAnnotation)

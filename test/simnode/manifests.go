@@ -20,9 +20,9 @@ import (
 // manifestFiles returns the manifests a control-plane node applies: k0s applies every
 // /var/lib/k0s/manifests/<stack>/*.yaml, k3s every file of its manifest directory.
 func manifestFiles(p *plan) []string {
-	prefix := render.K3sManifestDir + "/"
+	prefix := k3sManifestDir + "/"
 	if p.distribution == render.K0s {
-		prefix = "/var/lib/k0s/manifests/"
+		prefix = k0sManifestDir + "/"
 	}
 	var paths []string
 	for path := range p.files {

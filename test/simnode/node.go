@@ -20,8 +20,8 @@ import (
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kairos-capi/kairos-capi/common/pki"
 	"github.com/kairos-capi/kairos-capi/common/render"
-	"github.com/kairos-capi/kairos-capi/common/token"
 )
 
 // Phase is where a simulated node is in its life.
@@ -98,23 +98,30 @@ type Node struct {
 	spec      NodeSpec
 	root      string
 	machineID string
-	peerIP    string
+	// ip is the node's own address: its Node's InternalIP, its machine's address, its etcd
+	// member's peer (and, where the distribution serves it there, client) address.
+	ip string
 
 	mu      sync.Mutex
 	status  Status
 	plan    *plan
 	cluster *Cluster
-	cancel  context.CancelFunc
-	done    chan struct{}
+	// etcd is the node's etcd member (control-plane nodes).
+	etcd   *etcdServer
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
-func newNode(r *Registry, spec NodeSpec, root, peerIP string) *Node {
+func newNode(r *Registry, spec NodeSpec, root, ip string) *Node {
 	return &Node{
-		reg: r, spec: spec, root: root, peerIP: peerIP, machineID: randomHex(16),
+		reg: r, spec: spec, root: root, ip: ip, machineID: randomHex(16),
 		status: Status{Phase: PhaseBooting, Reason: ReasonBooting, Message: "loading the bootstrap data"},
 		done:   make(chan struct{}),
 	}
 }
+
+// IP is the node's address.
+func (n *Node) IP() string { return n.ip }
 
 // ProviderID is the node's provider ID.
 func (n *Node) ProviderID() string { return n.spec.ProviderID }
@@ -182,7 +189,7 @@ func (n *Node) ReadFile(path string) ([]byte, error) {
 
 // SentinelExists tells whether the node wrote the Cluster API bootstrap sentinel.
 func (n *Node) SentinelExists() bool {
-	_, err := os.Stat(n.hostPath(render.SentinelPath))
+	_, err := os.Stat(n.hostPath(sentinelPath))
 	return err == nil
 }
 
@@ -220,6 +227,11 @@ func (n *Node) stop() {
 	if n.cancel != nil {
 		n.cancel()
 		<-n.done
+	}
+	// The machine is gone: so is its etcd process. Its membership stays until someone removes
+	// it, as with a real machine that is switched off.
+	if e := n.etcdServer(); e != nil {
+		e.kill()
 	}
 	n.mu.Lock()
 	changed := n.status.Phase != PhaseStopped
@@ -312,7 +324,7 @@ func (n *Node) run(ctx context.Context) {
 	if _, ok := p.files[render.PostCommandsScript]; ok {
 		_ = n.writeFile(render.PostCommandsMarker, "")
 	}
-	if err := n.writeFile(render.SentinelPath, "success\n"); err != nil {
+	if err := n.writeFile(sentinelPath, "success\n"); err != nil {
 		n.fail(retry(ReasonStartFailed, "writing the sentinel: %v", err))
 		return
 	}
@@ -388,7 +400,11 @@ func (n *Node) bootInit(ctx context.Context, p *plan, name, installed string) er
 	if err != nil {
 		return err
 	}
-	c, err := n.reg.initCluster(ctx, n.spec.Endpoint, p, cp)
+	e, err := n.ensureEtcd(p, name, cp.etcdCA)
+	if err != nil {
+		return err
+	}
+	c, err := n.reg.initCluster(ctx, n.spec.Endpoint, p, cp, e)
 	if err != nil {
 		var r *refusal
 		if errors.As(err, &r) {
@@ -409,28 +425,28 @@ func (n *Node) bootJoinServer(ctx context.Context, p *plan, name, installed stri
 	}
 	var c *Cluster
 	if p.distribution == render.K0s {
-		info, err := token.ParseK0sJoinToken(t)
+		info, err := parseK0sJoinToken(t)
 		if err != nil {
 			return refuse(ReasonBootstrapDataRefused, "the controller join token: %v", err)
 		}
-		if info.Role != token.K0sControllerToken {
-			return refuse(ReasonJoinFailed, "the join token is a %s token: a controller needs a controller token", info.Role)
+		if !info.controller {
+			return refuse(ReasonJoinFailed, "the join token is a %s token: a controller needs a controller token", info.role())
 		}
-		joinAPI, err := serverURLEndpoint(info.Server)
+		joinAPI, err := serverURLEndpoint(info.server)
 		if err != nil {
 			return refuse(ReasonBootstrapDataRefused, "the controller join token: %v", err)
 		}
 		host, _, _ := net.SplitHostPort(n.spec.Endpoint)
-		if joinAPI != net.JoinHostPort(host, fmt.Sprint(token.K0sJoinAPIPort)) {
-			return retry(ReasonWaitingForControlPlane, "no k0s join API answers at %s (the cluster's controllers serve it at %s)", joinAPI, net.JoinHostPort(host, fmt.Sprint(token.K0sJoinAPIPort)))
+		if joinAPI != net.JoinHostPort(host, fmt.Sprint(k0sJoinAPIPort)) {
+			return retry(ReasonWaitingForControlPlane, "no k0s join API answers at %s (the cluster's controllers serve it at %s)", joinAPI, net.JoinHostPort(host, fmt.Sprint(k0sJoinAPIPort)))
 		}
 		if c = n.runningCluster(n.spec.Endpoint); c == nil {
 			return retry(ReasonWaitingForControlPlane, "no k0s join API answers at %s yet", joinAPI)
 		}
-		if !sameCertificates(info.CACert, c.pki.serverCA.Cert) {
-			return retry(ReasonJoinFailed, "x509: the join API's certificate is not signed by the join token's %s", describeCA(info.CACert))
+		if !sameCertificates(info.caCert, c.pki.serverCA.Cert) {
+			return retry(ReasonJoinFailed, "x509: the join API's certificate is not signed by the join token's %s", describeCA(info.caCert))
 		}
-		if err := c.k0sJoinAPI(ctx, info.Token); err != nil {
+		if err := c.k0sJoinAPI(ctx, info.token); err != nil {
 			return retry(ReasonJoinFailed, "%v", err)
 		}
 	} else {
@@ -471,13 +487,26 @@ func (n *Node) startServer(ctx context.Context, c *Cluster, p *plan, name, insta
 	var taints []taint
 	var err error
 	runsKubelet := true
+	if !p.init {
+		ca := c.pki.etcdCA
+		if own, err := readPKI(p); err == nil {
+			ca = own.etcdCA
+		}
+		e, err := n.ensureEtcd(p, name, ca)
+		if err != nil {
+			return err
+		}
+		if err := c.joinEtcd(ctx, e); err != nil {
+			return retry(ReasonStartFailed, "joining etcd: %v", err)
+		}
+	}
 	if p.distribution == render.K0s {
 		runsKubelet = p.flags.bool("enable-worker") || p.flags.bool("single")
 		if !p.flags.bool("no-taints") && !p.flags.bool("single") {
 			taints = append(taints, taint{key: "node-role.kubernetes.io/control-plane", effect: "NoSchedule"})
 		}
-		if err := c.joinK0sEtcd(ctx, name, n.peerIP); err != nil {
-			return retry(ReasonStartFailed, "joining etcd: %v", err)
+		if err := c.joinK0sEtcd(ctx, n.etcdServer()); err != nil {
+			return retry(ReasonStartFailed, "publishing the EtcdMember: %v", err)
 		}
 	} else {
 		labels["node-role.kubernetes.io/master"] = "true"
@@ -503,11 +532,9 @@ func (n *Node) startServer(ctx context.Context, c *Cluster, p *plan, name, insta
 			return err
 		}
 		if p.distribution == render.K3s && c.k3sEtcd {
-			m := &EtcdMember{Name: name + "-" + randomHex(4), NodeName: name, MemberID: randomHex(8), PeerAddress: n.peerIP}
-			if err := n.annotateK3sMember(ctx, c, name, m); err != nil {
+			if err := n.annotateK3sMember(ctx, c, name, n.etcdServer()); err != nil {
 				return retry(ReasonStartFailed, "publishing the etcd member: %v", err)
 			}
-			c.addMember(m)
 		}
 	}
 	if err := c.applyManifests(ctx, p); err != nil {
@@ -521,7 +548,7 @@ func (n *Node) startServer(ctx context.Context, c *Cluster, p *plan, name, insta
 }
 
 // annotateK3sMember records a k3s server's etcd member on its Node, as k3s does.
-func (n *Node) annotateK3sMember(ctx context.Context, c *Cluster, name string, m *EtcdMember) error {
+func (n *Node) annotateK3sMember(ctx context.Context, c *Cluster, name string, m *etcdServer) error {
 	node := &corev1.Node{}
 	if err := c.client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
 		return err
@@ -529,8 +556,8 @@ func (n *Node) annotateK3sMember(ctx context.Context, c *Cluster, name string, m
 	if node.Annotations == nil {
 		node.Annotations = map[string]string{}
 	}
-	node.Annotations[K3sNodeNameAnnotation] = m.Name
-	node.Annotations[K3sNodeAddressAnnotation] = m.PeerAddress
+	node.Annotations[K3sNodeNameAnnotation] = m.name
+	node.Annotations[K3sNodeAddressAnnotation] = m.ip
 	if !containsString(node.Finalizers, K3sEtcdFinalizer) {
 		node.Finalizers = append(node.Finalizers, K3sEtcdFinalizer)
 	}
@@ -564,24 +591,24 @@ func (n *Node) bootK0sWorker(ctx context.Context, p *plan, name, installed strin
 	if err != nil {
 		return err
 	}
-	info, err := token.ParseK0sJoinToken(t)
+	info, err := parseK0sJoinToken(t)
 	if err != nil {
 		return refuse(ReasonBootstrapDataRefused, "the worker join token: %v", err)
 	}
-	if info.Role != token.K0sWorkerToken {
-		return refuse(ReasonJoinFailed, "the join token is a %s token: a worker needs a worker token", info.Role)
+	if info.controller {
+		return refuse(ReasonJoinFailed, "the join token is a %s token: a worker needs a worker token", info.role())
 	}
-	ep, err := serverURLEndpoint(info.Server)
+	ep, err := serverURLEndpoint(info.server)
 	if err != nil {
 		return refuse(ReasonBootstrapDataRefused, "the worker join token: %v", err)
 	}
 	c := n.runningCluster(ep)
 	if c == nil {
-		return retry(ReasonWaitingForControlPlane, "no API server answers at %s yet", info.Server)
+		return retry(ReasonWaitingForControlPlane, "no API server answers at %s yet", info.server)
 	}
 	// The kubelet's TLS bootstrap, with the join token's kubeconfig: it trusts the token's CA
 	// and authenticates with the bootstrap token.
-	bootstrap := &rest.Config{Host: info.Server, BearerToken: info.Token.String(), TLSClientConfig: rest.TLSClientConfig{CAData: info.CACert}, Timeout: 10 * time.Second}
+	bootstrap := &rest.Config{Host: info.server, BearerToken: info.token.String(), TLSClientConfig: rest.TLSClientConfig{CAData: info.caCert}, Timeout: 10 * time.Second}
 	kube, err := kubernetes.NewForConfig(bootstrap)
 	if err != nil {
 		return refuse(ReasonBootstrapDataRefused, "the worker join token: %v", err)
@@ -601,7 +628,7 @@ func (n *Node) bootK0sWorker(ctx context.Context, p *plan, name, installed strin
 	if err != nil {
 		return retry(ReasonJoinFailed, "the API server refused the kubelet's bootstrap credentials: %v", err)
 	}
-	if want := "system:bootstrap:" + info.Token.ID; csr.Spec.Username != want || !containsString(csr.Spec.Groups, "system:bootstrappers") {
+	if want := "system:bootstrap:" + info.token.id; csr.Spec.Username != want || !containsString(csr.Spec.Groups, "system:bootstrappers") {
 		return retry(ReasonJoinFailed, "the API server saw the kubelet as %s %v, not as %s", csr.Spec.Username, csr.Spec.Groups, want)
 	}
 	if err := c.approveNodeCSR(ctx, csr.Name); err != nil {
@@ -614,7 +641,7 @@ func (n *Node) bootK0sWorker(ctx context.Context, p *plan, name, installed strin
 	if len(csr.Status.Certificate) == 0 {
 		return retry(ReasonJoinFailed, "the kubelet's certificate request %s has no certificate", csr.Name)
 	}
-	kubelet := &rest.Config{Host: info.Server, TLSClientConfig: rest.TLSClientConfig{CAData: info.CACert, CertData: csr.Status.Certificate, KeyData: keyPEM}}
+	kubelet := &rest.Config{Host: info.server, TLSClientConfig: rest.TLSClientConfig{CAData: info.caCert, CertData: csr.Status.Certificate, KeyData: keyPEM}}
 	extra, err := n.roleLabelsAndTaints(p)
 	if err != nil {
 		return err
@@ -703,7 +730,7 @@ func (n *Node) register(ctx context.Context, c *Cluster, kubelet *rest.Config, n
 			{Type: corev1.NodeDiskPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasNoDiskPressure", LastHeartbeatTime: now, LastTransitionTime: now},
 			{Type: corev1.NodePIDPressure, Status: corev1.ConditionFalse, Reason: "KubeletHasSufficientPID", LastHeartbeatTime: now, LastTransitionTime: now},
 		},
-		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "127.0.0.1"}, {Type: corev1.NodeHostName, Address: name}},
+		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.ip}, {Type: corev1.NodeHostName, Address: name}},
 		NodeInfo: corev1.NodeSystemInfo{
 			MachineID: n.machineID, SystemUUID: n.machineID, BootID: randomHex(16),
 			KubeletVersion: kubeletVersion(installed), OSImage: "Kairos (simulated)", KernelVersion: "6.6.0-kairos-sim",
@@ -775,6 +802,73 @@ func (n *Node) SetNodeCondition(ctx context.Context, cond corev1.NodeCondition) 
 			return err
 		}
 	}
+}
+
+// etcdServer returns the node's etcd member, or nil.
+func (n *Node) etcdServer() *etcdServer {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.etcd
+}
+
+// ensureEtcd prepares the node's etcd member once: a retried boot keeps it (and its data). k0s
+// names the member after the node (its hostname); k3s after the node with a dash and eight hex
+// digits (k3s pkg/etcd/etcd.go).
+func (n *Node) ensureEtcd(p *plan, name string, ca pki.KeyPair) (*etcdServer, error) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.etcd != nil {
+		return n.etcd, nil
+	}
+	member, exposed := name, true
+	if p.distribution == render.K3s {
+		member = name + "-" + randomHex(4)
+	} else {
+		var err error
+		if exposed, err = k0sServesEtcdOnNodeAddress(p, n.ip); err != nil {
+			return nil, err
+		}
+	}
+	e, err := newEtcdServer(n, member, ca, exposed)
+	if err != nil {
+		return nil, retry(ReasonStartFailed, "preparing etcd: %v", err)
+	}
+	n.etcd = e
+	return e, nil
+}
+
+// KillEtcd kills the node's etcd process, as a crashed or OOM-killed etcd: the node's kubelet
+// keeps reporting Ready and the distribution's objects (EtcdMember, Node annotations) keep
+// saying the member joined. It stays down until StartEtcd.
+func (n *Node) KillEtcd() error {
+	e := n.etcdServer()
+	if e == nil {
+		return errNoEtcd
+	}
+	e.mu.Lock()
+	e.killed = true
+	e.mu.Unlock()
+	e.kill()
+	return nil
+}
+
+// StartEtcd restarts the node's etcd process with its data, as systemd or the distribution's
+// supervisor restarting it: it rejoins as the same member.
+func (n *Node) StartEtcd() error {
+	e := n.etcdServer()
+	if e == nil {
+		return errNoEtcd
+	}
+	e.mu.Lock()
+	removed := e.removed
+	e.mu.Unlock()
+	if removed {
+		return fmt.Errorf("the etcd member %s was removed from the cluster", e.name)
+	}
+	if err := e.run(); err != nil {
+		return err
+	}
+	return e.waitServing(context.Background(), 30*time.Second)
 }
 
 // String describes the node for test messages.

@@ -60,7 +60,7 @@ func readPKI(p *plan) (*clusterPKI, error) {
 	out := &clusterPKI{}
 	var err error
 	if p.distribution == render.K0s {
-		d := render.K0sPKIDir
+		d := k0sPKIDir
 		if out.clientCA, err = pair(d+"/ca.crt", d+"/ca.key"); err != nil {
 			return nil, err
 		}
@@ -82,7 +82,7 @@ func readPKI(p *plan) (*clusterPKI, error) {
 		}
 		return out, nil
 	}
-	d := render.K3sTLSDir
+	d := k3sTLSDir
 	if out.serverCA, err = pair(d+"/server-ca.crt", d+"/server-ca.key"); err != nil {
 		return nil, err
 	}
@@ -116,9 +116,9 @@ func readPKI(p *plan) (*clusterPKI, error) {
 // the cluster (k0s ca.crt, k3s server-ca.crt), or nil when its document writes none.
 func joinerCA(p *plan) []byte {
 	if p.distribution == render.K0s {
-		return []byte(p.files[render.K0sPKIDir+"/ca.crt"])
+		return []byte(p.files[k0sPKIDir+"/ca.crt"])
 	}
-	return []byte(p.files[render.K3sTLSDir+"/server-ca.crt"])
+	return []byte(p.files[k3sTLSDir+"/server-ca.crt"])
 }
 
 // signCSR signs a certificate request with a CA as a client certificate.

@@ -8,10 +8,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/kairos-capi/kairos-capi/test/framework"
 )
 
 // process is a child process (etcd or kube-apiserver) that dies with the test process.
@@ -23,10 +24,8 @@ type process struct {
 	err     error
 }
 
-// startProcess starts binary with args, logging to dir/<name>.log. The process is started
-// from a goroutine locked to its OS thread, which stays alive while the process runs, so that
-// the parent-death signal (which Linux ties to the thread that forked) only fires when the
-// test process itself goes away.
+// startProcess starts binary with args, logging to dir/<name>.log. It dies with the test
+// process (see framework.StartOnLockedThread for why the start needs a locked thread).
 func startProcess(dir, name, binary string, args []string) (*process, error) {
 	logPath := filepath.Join(dir, name+".log")
 	logFile, err := os.Create(logPath)
@@ -38,20 +37,11 @@ func startProcess(dir, name, binary string, args []string) (*process, error) {
 	cmd.Stderr = logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
 	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
-	started := make(chan error, 1)
-	go func() {
-		runtime.LockOSThread()
-		// Never unlocked: the thread ends with this goroutine, after the process has exited.
-		if err := cmd.Start(); err != nil {
-			started <- err
-			return
-		}
-		started <- nil
-		p.err = cmd.Wait()
+	if err := framework.StartOnLockedThread(cmd, func(err error) {
+		p.err = err
 		_ = logFile.Close()
 		close(p.done)
-	}()
-	if err := <-started; err != nil {
+	}); err != nil {
 		_ = logFile.Close()
 		return nil, fmt.Errorf("starting %s: %w", name, err)
 	}

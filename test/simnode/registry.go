@@ -3,6 +3,7 @@ package simnode
 import (
 	"context"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"sort"
@@ -48,7 +49,10 @@ type Registry struct {
 	reserved map[int]bool        // endpoint ports handed out
 	subs     map[int]func(NodeEvent)
 	nextSub  int
-	peerSeq  int
+	// ipPrefix is 127.<random>: every node gets its own loopback address below it, so that
+	// several processes of simulated nodes (a test run, a sandbox) do not collide.
+	ipPrefix string
+	ipSeq    int
 	closed   bool
 }
 
@@ -63,6 +67,7 @@ func NewRegistry(o Options) (*Registry, error) {
 		assets: o.AssetsDir, dir: o.Dir,
 		nodes: map[string]*Node{}, clusters: map[string]*Cluster{}, starting: map[string]bool{},
 		reserved: map[int]bool{}, subs: map[int]func(NodeEvent){},
+		ipPrefix: fmt.Sprintf("127.%d", 2+mathrand.IntN(250)),
 	}
 	if o.Logger != nil {
 		r.log = *o.Logger
@@ -129,11 +134,36 @@ func (r *Registry) StartNode(spec NodeSpec) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	r.peerSeq++
-	n := newNode(r, spec, root, fmt.Sprintf("127.1.%d.%d", r.peerSeq/250, r.peerSeq%250+1))
+	ip, err := r.nextIP()
+	if err != nil {
+		return nil, err
+	}
+	n := newNode(r, spec, root, ip)
 	r.nodes[spec.ProviderID] = n
 	n.start()
 	return n, nil
+}
+
+// nextIP hands out the next node address whose etcd ports nothing uses. Must be called with mu
+// held.
+func (r *Registry) nextIP() (string, error) {
+	for range 500 {
+		r.ipSeq++
+		ip := fmt.Sprintf("%s.%d.%d", r.ipPrefix, r.ipSeq/250, r.ipSeq%250+1)
+		free := true
+		for _, port := range []int{etcdClientPort, etcdPeerPort} {
+			l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
+			if err != nil {
+				free = false
+				break
+			}
+			_ = l.Close()
+		}
+		if free {
+			return ip, nil
+		}
+	}
+	return "", fmt.Errorf("no free node address below %s", r.ipPrefix)
 }
 
 // Node returns the node with a provider ID, or nil.
@@ -261,11 +291,16 @@ func (r *Registry) Close() {
 }
 
 // initCluster starts the workload cluster of an init node. A second init node for a running
-// cluster is refused: it would create another cluster behind the same endpoint.
-func (r *Registry) initCluster(ctx context.Context, endpoint string, p *plan, cp *clusterPKI) (*Cluster, error) {
+// cluster is refused: it would create another cluster behind the same endpoint. The same node
+// booting again (its first attempt failed after the cluster started) finds its own cluster, as
+// a real k0s or k3s node retrying its init reuses its data.
+func (r *Registry) initCluster(ctx context.Context, endpoint string, p *plan, cp *clusterPKI, init *etcdServer) (*Cluster, error) {
 	r.mu.Lock()
 	if c := r.clusters[endpoint]; c != nil && c.Running() {
 		r.mu.Unlock()
+		if c.init == init.node {
+			return c, nil
+		}
 		return nil, refuse(ReasonClusterExists, "a cluster already runs at %s: this init node would create a second one", endpoint)
 	}
 	if r.starting[endpoint] {
@@ -281,7 +316,7 @@ func (r *Registry) initCluster(ctx context.Context, endpoint string, p *plan, cp
 	}()
 
 	r.log.Info("Starting workload cluster", "endpoint", endpoint, "distribution", p.distribution)
-	c, err := r.startCluster(ctx, endpoint, p, cp)
+	c, err := r.startCluster(ctx, endpoint, p, cp, init)
 	if err != nil {
 		return nil, err
 	}

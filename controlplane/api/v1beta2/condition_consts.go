@@ -13,6 +13,22 @@ const (
 	ScalingDownCondition           = "ScalingDown"
 	RemediatingCondition           = "Remediating"
 	DeletingCondition              = "Deleting"
+	// EtcdClusterHealthyCondition summarizes the etcd members of the control plane, as etcd
+	// itself reports them (see MachineEtcdMemberHealthyCondition).
+	EtcdClusterHealthyCondition = "EtcdClusterHealthy"
+)
+
+// MachineEtcdMemberHealthyCondition is set on every control-plane Machine: whether the etcd
+// member the Machine hosts is in etcd's member list, promoted, free of alarms, and serves a
+// quorum read at the Machine's address. Preflight checks, remediation and Available read it.
+const MachineEtcdMemberHealthyCondition = "EtcdMemberHealthy"
+
+// Reasons of MachineEtcdMemberHealthyCondition.
+const (
+	EtcdMemberHealthyReason          = "Healthy"
+	EtcdMemberNotHealthyReason       = "NotHealthy"
+	EtcdMemberInspectionFailedReason = "InspectionFailed"
+	EtcdMemberDeletingReason         = "Deleting"
 )
 
 // Reasons of the conditions above.
@@ -49,6 +65,10 @@ const (
 	RemediationDeferredReason      = "RemediationDeferred"
 	RemediationLimitReachedReason  = "RemediationLimitReached"
 	RemediationBlockedQuorumReason = "RemediationBlockedByQuorum"
+
+	EtcdClusterHealthyReason       = "Healthy"
+	EtcdClusterNotHealthyReason    = "NotHealthy"
+	EtcdClusterHealthUnknownReason = "HealthUnknown"
 
 	DeletingReason             = "Deleting"
 	NotDeletingReason          = "NotDeleting"

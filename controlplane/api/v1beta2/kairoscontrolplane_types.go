@@ -33,16 +33,18 @@ const RollingUpdateStrategyType RolloutStrategyType = "RollingUpdate"
 
 // Defaults applied by the KairosControlPlane webhook.
 const (
-	DefaultReplicas                         = int32(1)
-	DefaultMaxSurge                         = 1
-	DefaultClientCertificateValiditySeconds = int32(24 * 60 * 60)
+	DefaultReplicas = int32(1)
+	DefaultMaxSurge = 1
+	// DefaultClientCertificateValiditySeconds is one year, as kubeadm's control plane: every
+	// rotation makes Cluster API's ClusterCache reconnect to the workload cluster.
+	DefaultClientCertificateValiditySeconds = int32(365 * 24 * 60 * 60)
 	DefaultMachineNamingTemplate            = "{{ .kairosControlPlane.name }}-{{ .random }}"
 )
 
 // KairosControlPlaneSpec is the desired state of a Kairos control plane.
 type KairosControlPlaneSpec struct {
-	// replicas is the number of control-plane Machines. Defaults to 1. An even number cannot
-	// tolerate more failures than the odd number below it.
+	// replicas is the number of control-plane Machines, each an etcd member. Defaults to 1.
+	// Must be odd: an even number tolerates no more failures than the odd number below it.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	Replicas *int32 `json:"replicas,omitempty"`
@@ -227,7 +229,8 @@ type KairosControlPlaneKubeconfigSpec struct {
 	ObjectMeta clusterv1.ObjectMeta `json:"metadata,omitempty,omitzero"`
 
 	// clientCertificateValiditySeconds is the lifetime of the kubeconfig's client certificate;
-	// it is rotated when a third of it is left. Defaults to 86400 (one day).
+	// it is rotated when half of it is left. Defaults to 31536000 (one year, rotated after six
+	// months).
 	// +optional
 	// +kubebuilder:validation:Minimum=3600
 	ClientCertificateValiditySeconds *int32 `json:"clientCertificateValiditySeconds,omitempty"`

@@ -16,6 +16,11 @@ import (
 
 var versionPattern = regexp.MustCompile(`^v(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
 
+// minimumK0sVersion is the first k0s release with the declarative etcd member API
+// (EtcdMember objects with spec.leave): "Starting from version 1.30, k0s also supports a
+// declarative way to remove an etcd member" (docs.k0sproject.io, remove_controller).
+var minimumK0sVersion = Version{Major: 1, Minor: 30, Patch: 0}
+
 // Version is a parsed v-prefixed semantic version; pre-release and build parts are ignored
 // for ordering.
 type Version struct{ Major, Minor, Patch int }
@@ -48,8 +53,17 @@ func (s *KairosControlPlaneSpec) Validate(fld *field.Path) field.ErrorList {
 		errs = append(errs, field.Invalid(fld.Child("replicas"), *s.Replicas,
 			"must be at least 1: to remove the control plane, delete the Cluster"))
 	}
-	if _, err := ParseVersion(s.Version); err != nil {
+	if s.Replicas != nil && *s.Replicas > 1 && *s.Replicas%2 == 0 {
+		errs = append(errs, field.Invalid(fld.Child("replicas"), *s.Replicas,
+			fmt.Sprintf("must be odd: %d etcd members tolerate no more failures than %d and need one more member for quorum; use %d or %d",
+				*s.Replicas, *s.Replicas-1, *s.Replicas-1, *s.Replicas+1)))
+	}
+	if v, err := ParseVersion(s.Version); err != nil {
 		errs = append(errs, field.Invalid(fld.Child("version"), s.Version, "must be a semantic version with a leading v, for example v1.31.2"))
+	} else if s.Distribution == bootstrapv1.DistributionK0s && v.Less(minimumK0sVersion) {
+		errs = append(errs, field.Invalid(fld.Child("version"), s.Version, fmt.Sprintf(
+			"k0s releases before v%d.%d.%d have no EtcdMember API, which the control plane uses to make a controller leave etcd before its Machine goes: use v%d.%d.%d or later",
+			minimumK0sVersion.Major, minimumK0sVersion.Minor, minimumK0sVersion.Patch, minimumK0sVersion.Major, minimumK0sVersion.Minor, minimumK0sVersion.Patch)))
 	}
 	ref := s.MachineTemplate.Spec.InfrastructureRef
 	if ref.Name == "" || ref.Kind == "" || ref.APIGroup == "" {
@@ -70,10 +84,6 @@ func (s *KairosControlPlaneSpec) Validate(fld *field.Path) field.ErrorList {
 // Warnings returns admission warnings for a defaulted spec.
 func (s *KairosControlPlaneSpec) Warnings(fld *field.Path) []string {
 	var warnings []string
-	if s.Replicas != nil && *s.Replicas > 1 && *s.Replicas%2 == 0 {
-		warnings = append(warnings, fmt.Sprintf("%s: %d etcd members tolerate no more failures than %d: use an odd number such as %d",
-			fld.Child("replicas"), *s.Replicas, *s.Replicas-1, *s.Replicas+1))
-	}
 	if s.KairosConfigTemplate == nil {
 		cfg := MachineKairosConfigSpec(&s.KairosConfigSpec, s.Distribution, false)
 		warnings = append(warnings, cfg.Warnings(fld.Child("kairosConfigSpec"))...)

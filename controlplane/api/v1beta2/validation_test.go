@@ -73,6 +73,12 @@ var invalidSpecs = []struct {
 	{"version without v", func(s *controlplanev1.KairosControlPlaneSpec) { s.Version = "1.31.2" }, "spec.version", []string{"leading v, for example v1.31.2"}},
 	{"version without patch", func(s *controlplanev1.KairosControlPlaneSpec) { s.Version = "v1.31" }, "spec.version", []string{"semantic version"}},
 	{"empty version", func(s *controlplanev1.KairosControlPlaneSpec) { s.Version = "" }, "spec.version", []string{"semantic version"}},
+	{"two replicas", func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = ptr.To[int32](2) }, "spec.replicas",
+		[]string{"must be odd: 2 etcd members tolerate no more failures than 1", "use 1 or 3"}},
+	{"four replicas", func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = ptr.To[int32](4) }, "spec.replicas", []string{"must be odd", "use 3 or 5"}},
+	{"k0s without the EtcdMember API", func(s *controlplanev1.KairosControlPlaneSpec) {
+		s.Distribution, s.Version = bootstrapv1.DistributionK0s, "v1.29.15+k0s.0"
+	}, "spec.version", []string{"k0s releases before v1.30.0 have no EtcdMember API", "use v1.30.0 or later"}},
 	// infrastructure reference
 	{"no infrastructureRef", func(s *controlplanev1.KairosControlPlaneSpec) {
 		s.MachineTemplate.Spec.InfrastructureRef = clusterv1.ContractVersionedObjectReference{}
@@ -316,18 +322,10 @@ func TestWarnings(t *testing.T) {
 	}{
 		{name: "none"},
 		{name: "one replica", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = ptr.To[int32](1) }},
-		{name: "two replicas", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = ptr.To[int32](2) },
-			want: []string{"spec.replicas: 2 etcd members tolerate no more failures than 1: use an odd number such as 3"}},
-		{name: "four replicas", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = ptr.To[int32](4) },
-			want: []string{"spec.replicas: 4 etcd members tolerate no more failures than 3: use an odd number such as 5"}},
 		{name: "default password", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.UserPassword = "" },
 			want: []string{passwordWarning + ` "kairos"; set spec.kairosConfigSpec.userPassword or spec.kairosConfigSpec.userPasswordSecretRef`}},
 		{name: "explicit default password", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.UserPassword = "kairos" },
 			want: []string{passwordWarning}},
-		{name: "even replicas and default password", mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
-			s.Replicas = ptr.To[int32](2)
-			s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}
-		}, want: []string{"use an odd number such as 3", passwordWarning}},
 		{name: "password from a Secret", mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 			s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{UserPasswordSecretRef: &bootstrapv1.SecretKeyReference{Name: "pw"}}
 		}},

@@ -155,8 +155,8 @@ func TestKairosControlPlaneWebhook(t *testing.T) {
 			s.Replicas = nil
 			s.Rollout = controlplanev1.KairosControlPlaneRolloutSpec{}
 		}},
-		{name: "even replicas warn", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = ptr.To[int32](2) },
-			wantWarnings: []string{"use an odd number such as 3"}},
+		{name: "even replicas refused", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = ptr.To[int32](2) },
+			wantErr: "spec.replicas: Invalid value: 2: must be odd"},
 		{name: "invalid version", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.Version = "1.31" },
 			wantErr: "spec.version"},
 		{name: "duplicate file path",

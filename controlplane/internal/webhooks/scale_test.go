@@ -84,8 +84,8 @@ func TestScaleValidator(t *testing.T) {
 	}{
 		{name: "odd replicas", replicas: 5, wantAllowed: true},
 		{name: "scale to 1", replicas: 1, wantAllowed: true},
-		{name: "even replicas: allowed with a warning", replicas: 4, wantAllowed: true,
-			wantWarnings: []string{"spec.replicas: 4 etcd members tolerate no more failures than 3: use an odd number such as 5"}},
+		{name: "even replicas: refused", replicas: 4, wantCode: http.StatusForbidden,
+			wantMessage: "spec.replicas: Invalid value: 4: must be odd: 4 etcd members tolerate no more failures than 3 and need one more member for quorum; use 3 or 5"},
 		{name: "zero replicas", replicas: 0, wantCode: http.StatusForbidden,
 			wantMessage: "spec.replicas: Invalid value: 0: must be at least 1"},
 		{name: "maxSurge 0 with 2 replicas", replicas: 2, wantCode: http.StatusForbidden,
@@ -93,11 +93,11 @@ func TestScaleValidator(t *testing.T) {
 			wantMessage: "maxSurge 0 removes a Machine before replacing it, which with 2 replicas loses etcd quorum"},
 		{name: "maxSurge 0 with 3 replicas", replicas: 3, wantAllowed: true,
 			spec: func(s *controlplanev1.KairosControlPlaneSpec) { s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(0) }},
-		{name: "maxSurge 1 (default) with 2 replicas: only the warning", replicas: 2, wantAllowed: true,
+		{name: "maxSurge 1 (default) with 2 replicas: refused for being even", replicas: 2, wantCode: http.StatusForbidden,
 			spec: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.Rollout = controlplanev1.KairosControlPlaneRolloutSpec{}
 			},
-			wantWarnings: []string{"use an odd number such as 3"}},
+			wantMessage: "must be odd"},
 		{name: "replicas unset in the stored spec", replicas: 3, wantAllowed: true,
 			spec: func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = nil }},
 		{name: "stored spec with the default password: its warning too", replicas: 3, wantAllowed: true,

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/rand"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -36,6 +37,7 @@ import (
 	"sigs.k8s.io/cluster-api/cmd/clusterctl/client/tree"
 	clusterctllog "sigs.k8s.io/cluster-api/cmd/clusterctl/log"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/controllers/external"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
@@ -57,6 +59,11 @@ func main() {
 	name := flag.String("cluster", "demo", "name of the cluster created from cluster-template.yaml")
 	workers := flag.Int64("workers", 2, "worker Machines of the cluster")
 	flag.Parse()
+	if os.Getenv(sandboxChildEnv) == "" {
+		if code, guarded := guard(); guarded {
+			os.Exit(code)
+		}
+	}
 	if err := run(*name, *workers); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox:", err)
 		os.Exit(1)
@@ -68,6 +75,28 @@ func say(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 func run(clusterName string, workers int64) (reterr error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	// Output piped into a pager that quits must stop the sandbox cleanly, not kill it with
+	// SIGPIPE before it stops its API servers: with SIGPIPE notified, writes to the closed
+	// pipe fail with EPIPE instead, and the first failing write stops everything.
+	ctx, cancelOutput := context.WithCancel(ctx)
+	defer cancelOutput()
+	// Runs last: a sandbox stopped by Ctrl-C or a closed output ends cleanly, whatever the
+	// cancelled context made the steps still in progress return.
+	defer func() {
+		if ctx.Err() != nil && reterr != nil {
+			reterr = nil
+		}
+	}()
+	pipe := make(chan os.Signal, 1)
+	signal.Notify(pipe, syscall.SIGPIPE)
+	defer signal.Stop(pipe)
+	go func() {
+		select {
+		case <-pipe:
+			cancelOutput()
+		case <-ctx.Done():
+		}
+	}()
 	l := framework.Logger()
 	ctrl.SetLogger(l)
 	klog.SetLogger(l)
@@ -95,6 +124,16 @@ func run(clusterName string, workers int64) (reterr error) {
 		return err
 	}
 	defer func() { reterr = errors.Join(reterr, env.Stop()) }()
+	// A real management cluster collects garbage: deleting a cluster deletes what it owned.
+	kcmDir, err := os.MkdirTemp("", "kairos-sandbox-kcm-")
+	if err != nil {
+		return err
+	}
+	kcm, err := env.StartControllerManager(kcmDir)
+	if err != nil {
+		return err
+	}
+	defer func() { reterr = errors.Join(reterr, kcm.Stop(10*time.Second), os.RemoveAll(kcmDir)) }()
 	kubeconfig, err := env.AdminKubeconfig()
 	if err != nil {
 		return err
@@ -177,6 +216,11 @@ func run(clusterName string, workers int64) (reterr error) {
 
 	say("Waiting for cluster %s (Ctrl-C stops the sandbox)", clusterName)
 	if err := watchCluster(ctx, cc, kc, h.Client, clusterName, 1+int(workers), os.Stdout); err != nil {
+		if ctx.Err() != nil {
+			// Ctrl-C (or a closed output) while waiting: a normal way to stop.
+			say("Stopping")
+			return nil
+		}
 		return err
 	}
 
@@ -205,7 +249,7 @@ func ptrTo[T any](v T) *T { return &v }
 // watchCluster prints the cluster tree whenever it changes, until the control plane is available
 // and every Machine runs.
 func watchCluster(ctx context.Context, cc clusterctlclient.Client, kc clusterctlclient.Kubeconfig, c client.Client, name string, machines int, w io.Writer) error {
-	last := ""
+	last, lastStuck := "", ""
 	for {
 		objTree, err := cc.DescribeCluster(ctx, clusterctlclient.DescribeClusterOptions{
 			Kubeconfig: kc, Namespace: metav1.NamespaceDefault, ClusterName: name, Grouping: false,
@@ -216,6 +260,12 @@ func watchCluster(ctx context.Context, cc clusterctlclient.Client, kc clusterctl
 				last = s
 			}
 		}
+		// A Machine that stays not ready: say why, in the words of its infrastructure machine
+		// (where a simulated node reports what it refused or failed).
+		if s := stuckMachines(ctx, c, name, time.Minute); s != "" && s != lastStuck {
+			fmt.Fprintf(w, "%s", s)
+			lastStuck = s
+		}
 		if ready(ctx, c, name, machines) {
 			return nil
 		}
@@ -225,6 +275,34 @@ func watchCluster(ctx context.Context, cc clusterctlclient.Client, kc clusterctl
 		case <-time.After(2 * time.Second):
 		}
 	}
+}
+
+// stuckMachines describes the Machines of a cluster that have not been running for longer than
+// after, with the false conditions of their infrastructure machines.
+func stuckMachines(ctx context.Context, c client.Client, name string, after time.Duration) string {
+	list := &clusterv1.MachineList{}
+	if err := c.List(ctx, list, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{clusterv1.ClusterNameLabel: name}); err != nil {
+		return ""
+	}
+	var b strings.Builder
+	for _, m := range list.Items {
+		if m.Status.Phase == string(clusterv1.MachinePhaseRunning) || time.Since(m.CreationTimestamp.Time) < after || !m.Spec.InfrastructureRef.IsDefined() {
+			continue
+		}
+		infra, err := external.GetObjectFromContractVersionedRef(ctx, c, m.Spec.InfrastructureRef, m.Namespace)
+		if err != nil {
+			continue
+		}
+		conds, _, _ := unstructured.NestedSlice(infra.Object, "status", "conditions")
+		for _, raw := range conds {
+			cond, ok := raw.(map[string]any)
+			if !ok || cond["status"] != string(metav1.ConditionFalse) || cond["message"] == nil {
+				continue
+			}
+			fmt.Fprintf(&b, "    Machine %s is %s: %s %s: %v\n", m.Name, m.Status.Phase, infra.GetKind(), cond["type"], cond["message"])
+		}
+	}
+	return b.String()
 }
 
 func ready(ctx context.Context, c client.Client, name string, want int) bool {

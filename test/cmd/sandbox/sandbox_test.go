@@ -1,12 +1,14 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -116,6 +118,10 @@ func TestSandbox(t *testing.T) {
 		}
 		return nil
 	})
+	// Ctrl-C is the documented way to stop it: a clean exit, no error.
+	if _, err := p.Exited(); err != nil || strings.Contains(p.Output(), "context canceled") {
+		t.Errorf("the sandbox ended with %v after Ctrl-C:\n%s", err, tail(p.Output(), 10))
+	}
 	framework.Eventually(t, 30*time.Second, func() error {
 		var alive []int
 		for _, pid := range children {
@@ -133,18 +139,9 @@ func TestSandbox(t *testing.T) {
 // descendants lists every process below pid.
 func descendants(pid int) []int {
 	var out []int
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	for _, t := range tasks {
-		data, err := os.ReadFile(t)
-		if err != nil {
-			continue
-		}
-		for _, f := range strings.Fields(string(data)) {
-			if child, err := strconv.Atoi(f); err == nil {
-				out = append(out, child)
-				out = append(out, descendants(child)...)
-			}
-		}
+	for _, child := range childrenOf(pid) {
+		out = append(out, child)
+		out = append(out, descendants(child)...)
 	}
 	return out
 }
@@ -164,4 +161,91 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
+}
+
+// TestSandboxEndsAbruptly: a sandbox that ends without the chance to clean up leaves nothing
+// running. Its output piped into a pager that quits (the pipe closes) stops it cleanly (before,
+// SIGPIPE killed it and its API servers and etcd lived on); and when the sandbox process is
+// killed outright, its guard stops what it started.
+func TestSandboxEndsAbruptly(t *testing.T) {
+	dir := t.TempDir()
+	bin, err := framework.BuildBinary("./test/cmd/sandbox", dir, "sandbox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// start runs the sandbox with its output on a pipe and returns once the management API
+	// server runs, with the processes below the sandbox at that moment.
+	start := func(t *testing.T) (*exec.Cmd, *os.File, chan error, []int) {
+		r, w, err := os.Pipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(bin, "-cluster", "abrupt", "-workers", "0")
+		cmd.Stdout, cmd.Stderr = w, w
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		_ = w.Close()
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		t.Cleanup(func() { _ = cmd.Process.Kill() })
+		var below []int
+		scanner := bufio.NewScanner(r)
+		for scanner.Scan() {
+			if strings.Contains(scanner.Text(), "Starting Cluster API") {
+				below = descendants(cmd.Process.Pid)
+				break
+			}
+		}
+		if len(below) < 3 {
+			t.Fatalf("expected the sandbox, the management API server and etcd below the guard, found %v", below)
+		}
+		return cmd, r, done, below
+	}
+	allGone := func(t *testing.T, pids []int) {
+		framework.Eventually(t, 30*time.Second, func() error {
+			var alive []int
+			for _, pid := range pids {
+				if syscall.Kill(pid, 0) == nil && !zombie(pid) {
+					alive = append(alive, pid)
+				}
+			}
+			if len(alive) > 0 {
+				return fmt.Errorf("processes left behind: %v", alive)
+			}
+			return nil
+		})
+	}
+
+	t.Run("output closed", func(t *testing.T) {
+		_, r, done, below := start(t)
+		_ = r.Close()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("the sandbox ended with %v after its output closed, want a clean stop", err)
+			}
+		case <-time.After(2 * time.Minute):
+			t.Fatal("the sandbox still runs two minutes after its output closed")
+		}
+		allGone(t, below)
+	})
+	t.Run("killed", func(t *testing.T) {
+		cmd, r, done, below := start(t)
+		defer r.Close()
+		go func() { _, _ = io.Copy(io.Discard, r) }()
+		sandbox := childrenOf(cmd.Process.Pid)
+		if len(sandbox) != 1 {
+			t.Fatalf("the guard has children %v, want the sandbox alone", sandbox)
+		}
+		if err := syscall.Kill(sandbox[0], syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case <-done:
+		case <-time.After(time.Minute):
+			t.Fatal("the guard still runs a minute after its sandbox was killed")
+		}
+		allGone(t, below)
+	})
 }

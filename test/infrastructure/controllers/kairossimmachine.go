@@ -208,8 +208,9 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, cluster *cluste
 	if hostname == "" {
 		hostname = m.Name
 	}
+	// The machine's own address, as a real provider reports it once the machine runs.
 	m.Status.Addresses = []clusterv1.MachineAddress{
-		{Type: clusterv1.MachineInternalIP, Address: "127.0.0.1"},
+		{Type: clusterv1.MachineInternalIP, Address: node.IP()},
 		{Type: clusterv1.MachineHostName, Address: hostname},
 	}
 	m.Status.NodeName = st.NodeName

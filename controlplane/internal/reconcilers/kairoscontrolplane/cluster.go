@@ -5,11 +5,13 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
@@ -17,6 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/external"
+	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/collections"
 	"sigs.k8s.io/cluster-api/util/secret"
 
@@ -62,7 +66,7 @@ func (r *Reconciler) reconcilePrerequisites(_ context.Context, s *scope) (ctrl.R
 }
 
 // reconcileKubeconfig writes <cluster>-kubeconfig from the cluster CA with a short-lived client
-// certificate, and rotates it once a third of its lifetime is left. Nodes never send anything
+// certificate, and rotates it once half of its lifetime is left (a one-year certificate after six months, as kubeadm's control plane does). Nodes never send anything
 // back: the management cluster holds the CA, so it can always mint its own credentials.
 func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *scope) (ctrl.Result, error) {
 	validity := time.Duration(ptr.Deref(s.kcp.Spec.Kubeconfig.ClientCertificateValiditySeconds, controlplanev1.DefaultClientCertificateValiditySeconds)) * time.Second
@@ -83,7 +87,7 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *scope) (ctrl.Re
 	if existing != nil {
 		notAfter, err := kubeconfigNotAfter(existing.Data[secret.KubeconfigDataName])
 		if err == nil {
-			rotateAt = notAfter.Add(-validity / 3)
+			rotateAt = notAfter.Add(-validity / 2)
 		}
 		if err == nil && s.reconcileTime.Before(rotateAt) && kubeconfigMetadataCurrent(existing, s) {
 			return ctrl.Result{RequeueAfter: rotateAt.Sub(s.reconcileTime)}, nil
@@ -118,7 +122,7 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *scope) (ctrl.Re
 			return ctrl.Result{}, fmt.Errorf("creating the kubeconfig Secret: %w", err)
 		}
 		ctrl.LoggerFrom(ctx).Info("Created the kubeconfig Secret", "Secret", klog.KObj(desired))
-		return ctrl.Result{RequeueAfter: validity - validity/3}, nil
+		return ctrl.Result{RequeueAfter: validity / 2}, nil
 	}
 	patch := client.MergeFrom(existing.DeepCopy())
 	existing.Labels = mergeMaps(existing.Labels, desired.Labels)
@@ -130,7 +134,7 @@ func (r *Reconciler) reconcileKubeconfig(ctx context.Context, s *scope) (ctrl.Re
 	}
 	ctrl.LoggerFrom(ctx).Info("Rotated the kubeconfig client certificate", "Secret", klog.KObj(existing))
 	// Come back when the new certificate needs rotating: no other event may arrive before.
-	return ctrl.Result{RequeueAfter: validity - validity/3}, nil
+	return ctrl.Result{RequeueAfter: validity / 2}, nil
 }
 
 // kubeconfigMetadataCurrent reports whether the Secret carries the metadata the spec asks for.
@@ -182,4 +186,50 @@ func mergeMaps(maps ...map[string]string) map[string]string {
 		return nil
 	}
 	return out
+}
+
+// reconcileTemplateOwnership makes the Cluster own the templates the control plane clones from
+// (the infrastructure machine template and the KairosConfigTemplate), as Cluster API's kubeadm
+// control plane and MachineDeployment controllers do: deleting the Cluster then deletes them
+// through the garbage collector instead of leaving them behind.
+func (r *Reconciler) reconcileTemplateOwnership(ctx context.Context, s *scope) (ctrl.Result, error) {
+	owner := metav1.OwnerReference{APIVersion: clusterv1.GroupVersion.String(), Kind: "Cluster", Name: s.cluster.Name, UID: s.cluster.UID}
+	var objs []client.Object
+	if ref := s.kcp.Spec.MachineTemplate.Spec.InfrastructureRef; strings.HasSuffix(ref.Kind, clusterv1.TemplateSuffix) {
+		infra, err := external.GetObjectFromContractVersionedRef(ctx, r.Client, ref, s.kcp.Namespace)
+		switch {
+		case apierrors.IsNotFound(err):
+			s.infraTemplateErr = fmt.Sprintf("%s %s does not exist", ref.Kind, ref.Name)
+		case err != nil:
+			return ctrl.Result{}, fmt.Errorf("reading %s %s: %w", ref.Kind, ref.Name, err)
+		default:
+			objs = append(objs, infra)
+		}
+	}
+	if ref := s.kcp.Spec.KairosConfigTemplate; ref != nil {
+		tmpl := &bootstrapv1.KairosConfigTemplate{}
+		err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.kcp.Namespace, Name: ref.Name}, tmpl)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return ctrl.Result{}, fmt.Errorf("reading KairosConfigTemplate %s: %w", ref.Name, err)
+		}
+		if err == nil {
+			objs = append(objs, tmpl)
+		}
+	}
+	for _, o := range objs {
+		if util.HasExactOwnerRef(o.GetOwnerReferences(), owner) {
+			continue
+		}
+		var before client.Object
+		if u, ok := o.(*unstructured.Unstructured); ok {
+			before = u.DeepCopy()
+		} else {
+			before = o.DeepCopyObject().(client.Object)
+		}
+		o.SetOwnerReferences(util.EnsureOwnerRef(o.GetOwnerReferences(), owner))
+		if err := r.Client.Patch(ctx, o, client.MergeFrom(before)); err != nil {
+			return ctrl.Result{}, fmt.Errorf("making Cluster %s the owner of %s: %w", s.cluster.Name, o.GetName(), err)
+		}
+	}
+	return ctrl.Result{}, nil
 }

@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -20,6 +21,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/secret"
 
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/bootstrap/clustersecret"
 	"github.com/kairos-capi/kairos-capi/common/pki"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
@@ -63,7 +65,7 @@ func TestReconcileKubeconfigCreates(t *testing.T) {
 		validity *int32
 		want     time.Duration
 	}{
-		{name: "default validity", want: 24 * time.Hour},
+		{name: "default validity: one year", want: 365 * 24 * time.Hour},
 		{name: "custom validity", validity: ptr.To[int32](7200), want: 2 * time.Hour},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -136,7 +138,7 @@ func TestReconcileKubeconfigRotation(t *testing.T) {
 	}
 	first := e.getKubeconfig()
 	notAfter := clientCert(t, first).NotAfter
-	rotateAt := notAfter.Add(-validity / 3)
+	rotateAt := notAfter.Add(-validity / 2)
 
 	for _, tc := range []struct {
 		name   string
@@ -144,9 +146,9 @@ func TestReconcileKubeconfigRotation(t *testing.T) {
 		rotate bool
 	}{
 		{name: "right after issuing", at: time.Now()},
-		{name: "half way", at: notAfter.Add(-validity / 2)},
-		{name: "just before a third is left", at: rotateAt.Add(-time.Minute)},
-		{name: "a third left", at: rotateAt.Add(time.Second), rotate: true},
+		{name: "a third of the way", at: notAfter.Add(-validity * 2 / 3)},
+		{name: "just before half is left", at: rotateAt.Add(-time.Minute)},
+		{name: "half left", at: rotateAt.Add(time.Second), rotate: true},
 		{name: "expired", at: notAfter.Add(time.Hour), rotate: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -303,7 +305,9 @@ func TestReconcileKubeconfigCacheMiss(t *testing.T) {
 func TestReconcileKubeconfigErrors(t *testing.T) {
 	ctx := testContext(t)
 	t.Run("no cluster CA", func(t *testing.T) {
-		e := newFixture(t).build()
+		f := newFixture(t)
+		f.noPKI = true
+		e := f.build()
 		_, err := e.r.reconcileKubeconfig(ctx, e.scope(ctx))
 		if err == nil || !strings.Contains(err.Error(), "reading the cluster CA") {
 			t.Errorf("error = %v", err)
@@ -454,5 +458,56 @@ func TestMergeMaps(t *testing.T) {
 	got := mergeMaps(map[string]string{"a": "1", "b": "1"}, map[string]string{"b": "2"})
 	if len(got) != 2 || got["a"] != "1" || got["b"] != "2" {
 		t.Errorf("merge = %v, want later maps to win", got)
+	}
+}
+
+func TestReconcileTemplateOwnership(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.kcp.Spec.KairosConfigTemplate = &controlplanev1.KairosConfigTemplateReference{Name: "cp-config"}
+	f.kcp.Spec.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}
+	f.objs = append(f.objs, &bootstrapv1.KairosConfigTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "cp-config"}})
+	patches := 0
+	f.interceptor = &interceptor.Funcs{Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, p client.Patch, opts ...client.PatchOption) error {
+		patches++
+		return c.Patch(ctx, obj, p, opts...)
+	}}
+	e := f.build()
+	for pass := 0; pass < 2; pass++ {
+		if _, err := e.r.reconcileTemplateOwnership(ctx, e.scope(ctx)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if patches != 2 {
+		t.Errorf("%d patches, want 2 (one per template, none once they are owned)", patches)
+	}
+	owned := func(o metav1.Object) bool {
+		for _, r := range o.GetOwnerReferences() {
+			if r.Kind == "Cluster" && r.Name == clusterName && r.UID == f.cluster.UID {
+				return true
+			}
+		}
+		return false
+	}
+	infra := &unstructured.Unstructured{}
+	infra.SetAPIVersion(infraGV.String())
+	infra.SetKind(templateKind)
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: testNS, Name: templateName}, infra); err != nil || !owned(infra) {
+		t.Errorf("infrastructure template owners = %v (%v), want the Cluster", infra.GetOwnerReferences(), err)
+	}
+	tmpl := &bootstrapv1.KairosConfigTemplate{}
+	if err := e.c.Get(ctx, client.ObjectKey{Namespace: testNS, Name: "cp-config"}, tmpl); err != nil || !owned(tmpl) {
+		t.Errorf("KairosConfigTemplate owners = %v (%v), want the Cluster", tmpl.OwnerReferences, err)
+	}
+
+	f = newFixture(t)
+	f.kcp.Spec.MachineTemplate.Spec.InfrastructureRef.Name = "missing"
+	e = f.build()
+	s := e.scope(ctx)
+	if _, err := e.r.reconcileTemplateOwnership(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if s.infraTemplateErr != "TestMachineTemplate missing does not exist" {
+		t.Errorf("infraTemplateErr = %q", s.infraTemplateErr)
 	}
 }

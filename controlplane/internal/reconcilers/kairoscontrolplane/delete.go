@@ -37,6 +37,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 	}
 
 	if s.machines.Len() == 0 {
+		r.controller.ClearConsistencyStore(client.ObjectKeyFromObject(s.kcp), s.kcp.UID)
 		controllerutil.RemoveFinalizer(s.kcp, Finalizer)
 		s.deletingReason = controlplanev1.DeletionCompletedReason
 		return ctrl.Result{}, nil

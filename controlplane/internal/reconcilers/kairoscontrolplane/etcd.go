@@ -3,9 +3,12 @@ package kairoscontrolplane
 import (
 	"context"
 	"fmt"
+	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
@@ -13,144 +16,58 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
-	"sigs.k8s.io/cluster-api/util/collections"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 
-// How the distributions expose etcd membership in the workload cluster.
-var k0sEtcdMemberGVK = schema.GroupVersionKind{Group: "etcd.k0sproject.io", Version: "v1beta1", Kind: "EtcdMember"}
+// What the distributions keep about etcd members in the workload cluster.
+var (
+	// k0s (>= v1.30) publishes one EtcdMember per controller, named after its node; spec.leave
+	// asks k0s to remove the member (docs.k0sproject.io, remove_controller, "Declarative Etcd
+	// member management"; k0s pkg/apis/etcd/v1beta1).
+	k0sEtcdMemberGVK = schema.GroupVersionKind{Group: "etcd.k0sproject.io", Version: "v1beta1", Kind: "EtcdMember"}
+	// k0s autopilot keeps a ControlNode per controller; k0s' own procedure for removing a
+	// controller deletes it (docs.k0sproject.io, remove_controller).
+	k0sControlNodeGVK = schema.GroupVersionKind{Group: "autopilot.k0sproject.io", Version: "v1beta2", Kind: "ControlNode"}
+)
 
 const (
-	// k3sEtcdNodeNameAnnotation is set by k3s on server Nodes that are etcd members.
+	// k3sEtcdNodeNameAnnotation is set by k3s on server Nodes: the name of their etcd member.
 	k3sEtcdNodeNameAnnotation = "etcd.k3s.cattle.io/node-name"
 	// k3sEtcdRemoveAnnotation asks k3s to remove the Node's etcd member.
 	k3sEtcdRemoveAnnotation = "etcd.k3s.cattle.io/remove"
 	// k3sEtcdRemovedAnnotation is set by k3s once the member is gone.
 	k3sEtcdRemovedAnnotation = "etcd.k3s.cattle.io/removed-node-name"
+
+	// leaveGrace is how long the distribution gets to remove a member it was asked to remove
+	// before the control plane removes it from etcd itself (the node may be powered off, and with
+	// it the k3s controller that would act on the annotation).
+	leaveGrace = 2 * time.Minute
 )
 
-// etcdMembers is the etcd membership of a workload cluster, as the distribution reports it,
-// keyed by Node name.
-type etcdMembers map[string]bool
-
-// healthy counts the joined members.
-func (m etcdMembers) healthy() int {
-	n := 0
-	for _, joined := range m {
-		if joined {
-			n++
-		}
-	}
-	return n
-}
-
-// etcdMemberships reads the workload cluster's etcd members.
-func (r *Reconciler) etcdMemberships(ctx context.Context, s *scope) (etcdMembers, error) {
-	remote, err := r.ClusterCache.GetClient(ctx, s.clusterKey())
-	if err != nil {
-		return nil, err
-	}
-	members := etcdMembers{}
-	if s.kcp.Spec.Distribution == bootstrapv1.DistributionK3s {
-		nodes := &corev1.NodeList{}
-		if err := remote.List(ctx, nodes); err != nil {
-			return nil, fmt.Errorf("listing workload Nodes: %w", err)
-		}
-		for _, n := range nodes.Items {
-			if _, ok := n.Annotations[k3sEtcdNodeNameAnnotation]; ok {
-				_, removed := n.Annotations[k3sEtcdRemovedAnnotation]
-				members[n.Name] = !removed
-			}
-		}
-		return members, nil
-	}
-	list := &unstructured.UnstructuredList{}
-	list.SetGroupVersionKind(k0sEtcdMemberGVK.GroupVersion().WithKind("EtcdMemberList"))
-	if err := remote.List(ctx, list); err != nil {
-		return nil, fmt.Errorf("listing k0s EtcdMembers: %w", err)
-	}
-	for _, item := range list.Items {
-		// k0s keeps the EtcdMember of a member that left (leave true, Joined false): it is
-		// no member any more.
-		leave, _, _ := unstructured.NestedBool(item.Object, "spec", "leave")
-		joined := k0sMemberJoined(&item)
-		if leave && !joined {
-			continue
-		}
-		members[item.GetName()] = joined
-	}
-	return members, nil
-}
-
-// k0sMemberJoined reads the Joined condition k0s keeps on an EtcdMember.
-func k0sMemberJoined(u *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
-	for _, c := range conds {
-		m, ok := c.(map[string]any)
-		if ok && m["type"] == "Joined" {
-			return m["status"] == "True"
-		}
-	}
-	return false
-}
-
-// requestLeave asks the distribution to remove a Node's etcd member and reports whether it is
-// gone already.
-func (r *Reconciler) requestLeave(ctx context.Context, s *scope, nodeName string) (bool, error) {
-	remote, err := r.ClusterCache.GetClient(ctx, s.clusterKey())
-	if err != nil {
-		return false, err
-	}
-	if s.kcp.Spec.Distribution == bootstrapv1.DistributionK3s {
-		node := &corev1.Node{}
-		if err := remote.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
-			return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-		}
-		if _, ok := node.Annotations[k3sEtcdRemovedAnnotation]; ok {
-			return true, nil
-		}
-		if _, ok := node.Annotations[k3sEtcdNodeNameAnnotation]; !ok {
-			return true, nil // never became a member
-		}
-		if node.Annotations[k3sEtcdRemoveAnnotation] == "true" {
-			return false, nil
-		}
-		patch := client.MergeFrom(node.DeepCopy())
-		node.Annotations[k3sEtcdRemoveAnnotation] = "true"
-		return false, remote.Patch(ctx, node, patch)
-	}
-
-	member := &unstructured.Unstructured{}
-	member.SetGroupVersionKind(k0sEtcdMemberGVK)
-	if err := remote.Get(ctx, client.ObjectKey{Name: nodeName}, member); err != nil {
-		return apierrors.IsNotFound(err), client.IgnoreNotFound(err)
-	}
-	leave, _, _ := unstructured.NestedBool(member.Object, "spec", "leave")
-	if leave {
-		return !k0sMemberJoined(member), nil
-	}
-	patch := client.MergeFrom(member.DeepCopy())
-	if err := unstructured.SetNestedField(member.Object, true, "spec", "leave"); err != nil {
-		return false, err
-	}
-	return false, remote.Patch(ctx, member, patch)
-}
-
 // reconcilePreTerminateHooks removes the etcd member of a deleting Machine once Cluster API has
-// drained it and waits for the hook, then lets the deletion continue. One Machine at a time,
-// and only while the remaining members keep quorum.
+// drained it and every other pre-terminate hook is done, then lets the deletion continue. One
+// Machine at a time, and only while etcd keeps quorum without the member.
 func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (ctrl.Result, error) {
 	deleting := s.deletingMachines()
 	if deleting.Len() == 0 {
 		return ctrl.Result{}, nil
 	}
+	// A Machine that goes without our hook (its hook was already removed) is waited for first.
+	for _, m := range deleting {
+		if _, ok := m.Annotations[controlplanev1.EtcdMemberHookAnnotation]; !ok {
+			s.halt("waiting for Machine %s to be deleted", m.Name)
+			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+		}
+	}
 	m := deleting.OldestDeletionTimestamp()
 	log := ctrl.LoggerFrom(ctx).WithValues("Machine", klog.KObj(m))
-	if _, ok := m.Annotations[controlplanev1.EtcdMemberHookAnnotation]; !ok {
-		s.halt("waiting for Machine %s to be deleted", m.Name)
+	ctx = ctrl.LoggerInto(ctx, log)
+	if others := otherPreTerminateHooks(m); len(others) > 0 {
+		// Ours runs last: other hooks may still need the node's etcd and API server.
+		s.halt("waiting for the other pre-terminate hooks of Machine %s (%s) before its etcd member leaves", m.Name, strings.Join(others, ", "))
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	c := conditions.Get(m, clusterv1.MachineDeletingCondition)
@@ -159,30 +76,36 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 
-	// The last Machine, or one whose node never joined, has no member to remove.
-	if s.machines.Len() > 1 && m.Status.NodeRef.IsDefined() && s.cluster.DeletionTimestamp.IsZero() {
-		members, err := r.etcdMemberships(ctx, s)
-		if err != nil {
-			s.halt("cannot reach the workload cluster to remove the etcd member of Machine %s: %v", m.Name, err)
-			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
-		}
-		if _, member := members[m.Status.NodeRef.Name]; member && !quorumAfterRemoval(members, m) {
-			// Whoever deleted the Machine, its member leaving now would stop etcd.
-			s.halt("the etcd member of Machine %s does not leave: the %d remaining members would lose quorum (%d healthy)", m.Name, len(members)-1, members.healthy())
-			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
-		}
-		left, err := r.requestLeave(ctx, s, m.Status.NodeRef.Name)
-		if err != nil {
-			s.halt("cannot reach the workload cluster to remove the etcd member of Machine %s: %v", m.Name, err)
-			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
-		}
-		if !left {
-			log.Info("Waiting for the etcd member to leave", "node", m.Status.NodeRef.Name)
-			s.halt("waiting for the etcd member of Machine %s to leave", m.Name)
-			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
-		}
-		log.Info("The etcd member left", "node", m.Status.NodeRef.Name)
+	// The last Machine, or the whole cluster going away: there is no etcd left to protect.
+	if s.machines.Len() <= 1 || !s.cluster.DeletionTimestamp.IsZero() {
+		return r.releaseHook(ctx, s, m)
 	}
+	if !s.etcd.known() {
+		s.halt("cannot tell whether Machine %s hosts an etcd member: %v", m.Name, s.etcd.err)
+		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+	}
+	member := s.etcd.memberOf(m)
+	if member == nil {
+		// etcd's member list, read with quorum, has no member for it: it left, or never joined.
+		log.Info("The Machine hosts no etcd member")
+		return r.releaseHook(ctx, s, m)
+	}
+	if ok, why := s.targetQuorum(member, false); !ok {
+		// Whoever deleted the Machine, its member leaving now would stop etcd.
+		s.halt("the etcd member of Machine %s does not leave: %s", m.Name, why)
+		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+	}
+	force := c.LastTransitionTime.Add(leaveGrace).Before(s.reconcileTime)
+	if err := r.removeMember(ctx, s, member, force); err != nil {
+		s.halt("cannot remove the etcd member of Machine %s: %v", m.Name, err)
+		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+	}
+	log.Info("Waiting for the etcd member to leave", "member", member.String())
+	s.halt("waiting for the etcd member %s of Machine %s to leave", member, m.Name)
+	return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+}
+
+func (r *Reconciler) releaseHook(ctx context.Context, s *scope, m *clusterv1.Machine) (ctrl.Result, error) {
 	if err := r.removeHook(ctx, m); err != nil {
 		return ctrl.Result{}, err
 	}
@@ -190,33 +113,188 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 	return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 }
 
+// otherPreTerminateHooks lists the pre-terminate hooks of a Machine that are not ours.
+func otherPreTerminateHooks(m *clusterv1.Machine) []string {
+	var out []string
+	for k := range m.Annotations {
+		if strings.HasPrefix(k, clusterv1.PreTerminateDeleteHookAnnotationPrefix) && k != controlplanev1.EtcdMemberHookAnnotation {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
 func (r *Reconciler) removeHook(ctx context.Context, m *clusterv1.Machine) error {
-	patch := client.MergeFrom(m.DeepCopy())
+	p := client.MergeFrom(m.DeepCopy())
 	delete(m.Annotations, controlplanev1.EtcdMemberHookAnnotation)
-	if err := r.Client.Patch(ctx, m, patch); err != nil {
+	if err := r.Client.Patch(ctx, m, p); err != nil {
 		return fmt.Errorf("removing the pre-terminate hook of Machine %s: %w", m.Name, err)
 	}
 	return nil
 }
 
-// quorumAfterRemoval reports whether the etcd cluster keeps quorum once the member of m (if
-// any) is gone: the healthy members that remain must be a majority of the members that remain.
-func quorumAfterRemoval(members etcdMembers, m *clusterv1.Machine) bool {
-	total, healthy := len(members), members.healthy()
-	if m != nil && m.Status.NodeRef.IsDefined() {
-		if joined, ok := members[m.Status.NodeRef.Name]; ok {
-			total--
-			if joined {
-				healthy--
-			}
+// removeMember makes an etcd member leave. The distribution's own mechanism is asked first
+// where it exists (k0s EtcdMember spec.leave, k3s Node annotation), so that the node stops its
+// member cleanly; without it, or when the distribution did not act within leaveGrace (force),
+// the member is removed from etcd directly, as k0s' manual procedure does with
+// "k0s etcd leave --peer-address" (docs.k0sproject.io, remove_controller). Whether the member is
+// gone is only ever read from etcd's member list.
+func (r *Reconciler) removeMember(ctx context.Context, s *scope, member *etcdMember, force bool) error {
+	if !force && member.Name != "" {
+		asked, err := r.askDistributionToRemove(ctx, s, member)
+		if err != nil || asked {
+			return err
 		}
 	}
-	return total > 0 && healthy >= total/2+1
+	return r.removeMemberFromEtcd(ctx, s, member)
 }
 
-// machinesWithoutMember lists Machines with a node but no joined etcd member.
-func machinesWithoutMember(machines collections.Machines, members etcdMembers) collections.Machines {
-	return machines.Filter(func(m *clusterv1.Machine) bool {
-		return m.Status.NodeRef.IsDefined() && !members[m.Status.NodeRef.Name]
-	})
+// askDistributionToRemove asks k0s or k3s to remove a member and reports whether it could.
+func (r *Reconciler) askDistributionToRemove(ctx context.Context, s *scope, member *etcdMember) (bool, error) {
+	remote, err := r.ClusterCache.GetClient(ctx, s.clusterKey())
+	if err != nil {
+		return false, fmt.Errorf("reaching the workload cluster: %w", err)
+	}
+	if s.kcp.Spec.Distribution == bootstrapv1.DistributionK3s {
+		nodes := &corev1.NodeList{}
+		if err := remote.List(ctx, nodes); err != nil {
+			return false, fmt.Errorf("listing workload Nodes: %w", err)
+		}
+		for i := range nodes.Items {
+			n := &nodes.Items[i]
+			if n.Annotations[k3sEtcdNodeNameAnnotation] != member.Name {
+				continue
+			}
+			if n.Annotations[k3sEtcdRemoveAnnotation] == "true" {
+				return true, nil
+			}
+			p := client.MergeFrom(n.DeepCopy())
+			n.Annotations[k3sEtcdRemoveAnnotation] = "true"
+			return true, remote.Patch(ctx, n, p)
+		}
+		return false, nil
+	}
+	em := &unstructured.Unstructured{}
+	em.SetGroupVersionKind(k0sEtcdMemberGVK)
+	if err := remote.Get(ctx, client.ObjectKey{Name: member.Name}, em); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return false, nil
+		}
+		return false, fmt.Errorf("reading EtcdMember %s: %w", member.Name, err)
+	}
+	if leave, _, _ := unstructured.NestedBool(em.Object, "spec", "leave"); leave {
+		return true, nil
+	}
+	p := client.MergeFrom(em.DeepCopy())
+	if err := unstructured.SetNestedField(em.Object, true, "spec", "leave"); err != nil {
+		return false, err
+	}
+	return true, remote.Patch(ctx, em, p)
+}
+
+// removeMemberFromEtcd removes a member through a healthy member other than itself.
+func (r *Reconciler) removeMemberFromEtcd(ctx context.Context, s *scope, member *etcdMember) error {
+	ca, err := r.etcdCA(ctx, s)
+	if err != nil {
+		return err
+	}
+	dialer, err := r.etcdDialers(s.cluster.UID, ca)
+	if err != nil {
+		return err
+	}
+	var last error
+	for _, other := range s.etcd.members {
+		if other.ID == member.ID || !other.healthy() || other.PeerHost == "" {
+			continue
+		}
+		ep, err := dialer.Dial(ctx, other.PeerHost)
+		if err != nil {
+			last = err
+			continue
+		}
+		err = ep.MemberRemove(ctx, member.ID)
+		_ = ep.Close()
+		if err == nil {
+			ctrl.LoggerFrom(ctx).Info("Removed the etcd member", "member", member.String(), "through", other.String())
+			return nil
+		}
+		last = err
+	}
+	if last == nil {
+		return fmt.Errorf("no healthy etcd member to remove %s through", member)
+	}
+	return fmt.Errorf("removing etcd member %s: %w", member, last)
+}
+
+// reconcileEtcdMembers removes etcd members that no control-plane Machine hosts (left behind
+// by a Machine whose hook was removed by hand, or by a node that joined on its own), as
+// KubeadmControlPlane's reconcileEtcdMembers does, and deletes the distribution objects of
+// members that are gone. Only when the control plane is settled: a Machine that is still
+// provisioning may host a member that cannot be matched yet.
+func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, s *scope) (ctrl.Result, error) {
+	if !s.etcd.known() || s.deletingMachines().Len() > 0 || !s.cluster.DeletionTimestamp.IsZero() {
+		return ctrl.Result{}, nil
+	}
+	for _, m := range s.activeMachines() {
+		if !m.Status.NodeRef.IsDefined() || s.etcd.memberOf(m) == nil {
+			return ctrl.Result{}, nil
+		}
+	}
+	log := ctrl.LoggerFrom(ctx)
+	for _, orphan := range s.etcd.orphans() {
+		if ok, why := s.targetQuorum(orphan, false); !ok {
+			s.etcdCleanupMessages = append(s.etcdCleanupMessages, fmt.Sprintf("etcd member %s belongs to no Machine but is not removed: %s", orphan, why))
+			continue
+		}
+		log.Info("Removing an etcd member that belongs to no control-plane Machine", "member", orphan.String(), "peer", orphan.PeerHost)
+		if err := r.removeMemberFromEtcd(ctx, s, orphan); err != nil {
+			s.etcdCleanupMessages = append(s.etcdCleanupMessages, err.Error())
+			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+		}
+		s.halt("removed etcd member %s, which belonged to no Machine", orphan)
+		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+	}
+	if s.kcp.Spec.Distribution == bootstrapv1.DistributionK0s {
+		return ctrl.Result{}, r.deleteStaleK0sObjects(ctx, s)
+	}
+	return ctrl.Result{}, nil
+}
+
+// deleteStaleK0sObjects deletes the EtcdMember and autopilot ControlNode objects of controllers
+// that are no etcd member and no control-plane Machine any more: k0s keeps them after a leave.
+func (r *Reconciler) deleteStaleK0sObjects(ctx context.Context, s *scope) error {
+	remote, err := r.ClusterCache.GetClient(ctx, s.clusterKey())
+	if err != nil {
+		return nil //nolint:nilerr // the workload cluster is unreachable: nothing to clean now
+	}
+	current := map[string]bool{}
+	for _, m := range s.etcd.members {
+		current[m.Name] = true
+	}
+	for _, m := range s.machines {
+		for _, n := range machineNodeNames(m) {
+			current[n] = true
+		}
+	}
+	for _, gvk := range []schema.GroupVersionKind{k0sEtcdMemberGVK, k0sControlNodeGVK} {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		if err := remote.List(ctx, list); err != nil {
+			if meta.IsNoMatchError(err) || apierrors.IsNotFound(err) {
+				continue
+			}
+			return fmt.Errorf("listing %s objects: %w", gvk.Kind, err)
+		}
+		for i := range list.Items {
+			o := &list.Items[i]
+			if current[o.GetName()] {
+				continue
+			}
+			if err := remote.Delete(ctx, o); err != nil && !apierrors.IsNotFound(err) {
+				return fmt.Errorf("deleting %s %s: %w", gvk.Kind, o.GetName(), err)
+			}
+			ctrl.LoggerFrom(ctx).Info("Deleted the object of a controller that left", "kind", gvk.Kind, "name", o.GetName())
+		}
+	}
+	return nil
 }

@@ -1,12 +1,12 @@
 package kairoscontrolplane
 
 import (
-	"errors"
-	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -14,49 +14,99 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 
-func k3sNode(name string, annotations map[string]string) *corev1.Node {
-	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations}}
-}
-
-func TestEtcdMemberships(t *testing.T) {
-	noConditions := &unstructured.Unstructured{}
-	noConditions.SetGroupVersionKind(k0sEtcdMemberGVK)
-	noConditions.SetName("no-status")
-	otherCondition := k0sMember("other-condition", false, true)
-	_ = unstructured.SetNestedSlice(otherCondition.Object, []any{map[string]any{"type": "Ready", "status": "True"}}, "status", "conditions")
-
+func TestObserveEtcd(t *testing.T) {
 	cases := []struct {
-		name    string
-		k3s     bool
-		objs    []client.Object
-		err     error
-		want    etcdMembers
+		name  string
+		k3s   bool
+		setup func(f *fixture)
+		// wantErr is part of the error when the member list cannot be read.
 		wantErr string
+		// want is each Machine's EtcdMemberHealthy status and part of its message.
+		want map[string]string
+		// wantOrphans names the members no Machine hosts.
+		wantOrphans []string
 	}{
-		{name: "k0s",
-			objs: []client.Object{
-				k0sMember("joined", false, true),
-				k0sMember("not-joined", false, false),
-				k0sMember("left", true, false),   // left: no member any more
-				k0sMember("leaving", true, true), // leave requested, still a member
-				noConditions, otherCondition,     // no Joined condition: not joined
-				k3sNode("plain-node", map[string]string{k3sEtcdNodeNameAnnotation: "x"}), // Nodes do not count on k0s
+		{name: "three healthy members",
+			setup: func(f *fixture) { f.machine("m1", time.Hour); f.machine("m2", time.Hour); f.machine("m3", time.Hour) },
+			want:  map[string]string{"m1": "True", "m2": "True", "m3": "True"}},
+		{name: "k3s members are named after the node with a suffix",
+			k3s:   true,
+			setup: func(f *fixture) { f.machine("m1", time.Hour); f.machine("m2", time.Hour) },
+			want:  map[string]string{"m1": "True", "m2": "True"}},
+		{name: "a dead etcd behind a Ready kubelet is unhealthy",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m3").state = memberDown
 			},
-			want: etcdMembers{"joined": true, "not-joined": false, "leaving": true, "no-status": false, "other-condition": false}},
-		{name: "k0s without members", want: etcdMembers{}},
-		{name: "k3s", k3s: true,
-			objs: []client.Object{
-				k3sNode("server-1", map[string]string{k3sEtcdNodeNameAnnotation: "server-1-abc"}),
-				k3sNode("server-2", map[string]string{k3sEtcdNodeNameAnnotation: "server-2-abc", k3sEtcdRemoveAnnotation: "true"}),
-				k3sNode("server-3", map[string]string{k3sEtcdNodeNameAnnotation: "server-3-abc", k3sEtcdRemovedAnnotation: "server-3-abc"}),
-				k3sNode("agent", nil),
-				k0sMember("k0s-member", false, true), // EtcdMembers do not count on k3s
+			want: map[string]string{"m1": "True", "m2": "True", "m3": "False: etcd member m3 does not answer at 10.0.0.12:2379"}},
+		{name: "a partitioned member has no leader",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m2").state = memberPartitioned
 			},
-			want: etcdMembers{"server-1": true, "server-2": true, "server-3": false}},
-		{name: "workload cluster unreachable", err: errors.New("not connected"), wantErr: "not connected"},
-		{name: "k3s workload cluster unreachable", k3s: true, err: errors.New("not connected"), wantErr: "not connected"},
+			want: map[string]string{"m1": "True", "m2": "False: etcd member m2 has no leader", "m3": "True"}},
+		{name: "learners and alarms",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m2").learner = true
+				f.member("m3").alarm = etcdserverpb.AlarmType_NOSPACE
+			},
+			want: map[string]string{"m1": "True", "m2": "False: etcd member m2 is a learner", "m3": "False: etcd member m3 raised the NOSPACE alarm"}},
+		{name: "quorum lost: nothing can be read, every member is unknown",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m1").state = memberDown
+				f.member("m2").state = memberDown
+			},
+			wantErr: "request timed out",
+			want:    map[string]string{"m1": "Unknown: No control-plane node answered", "m2": "Unknown", "m3": "Unknown"}},
+		{name: "matched by name when the infrastructure reports no address, reached through the peer address",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour, withoutAddresses())
+			},
+			want: map[string]string{"m1": "True", "m2": "True"}},
+		{name: "a k0s controller that joined etcd before its kubelet registered",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour, withoutNode())
+				f.etcd.add("m2", address(1))
+			},
+			want: map[string]string{"m1": "True", "m2": "True"}},
+		{name: "a Machine still provisioning has no member yet",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Minute, withoutNode())
+			},
+			want: map[string]string{"m1": "True", "m2": "Unknown: Waiting for the Machine's etcd member to join"}},
+		{name: "a Machine with a Node but no member",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour)
+				f.etcd.members = f.etcd.members[:1]
+			},
+			want: map[string]string{"m1": "True", "m2": "False: etcd's members are m1; none is hosted on this Machine (Node m2)"}},
+		{name: "a member no Machine hosts",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.etcd.add("stray", "10.0.9.9")
+			},
+			want:        map[string]string{"m1": "True", "m2": "True", "m3": "True"},
+			wantOrphans: []string{"stray"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,192 +115,107 @@ func TestEtcdMemberships(t *testing.T) {
 			if tc.k3s {
 				f.k3s()
 			}
-			f.workloadObjs = tc.objs
-			f.workloadErr = tc.err
-			e := f.build()
-			got, err := e.r.etcdMemberships(ctx, e.scope(ctx))
+			tc.setup(f)
+			s := f.build().scope(ctx)
+			if s.etcd == nil {
+				t.Fatal("etcd was not observed")
+			}
 			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want %q", err, tc.wantErr)
+				if s.etcd.known() || s.etcd.err == nil || !strings.Contains(s.etcd.err.Error(), tc.wantErr) {
+					t.Fatalf("known = %v, err = %v, want an error with %q", s.etcd.known(), s.etcd.err, tc.wantErr)
 				}
-				return
+			} else if !s.etcd.known() {
+				t.Fatalf("member list not read: %v", s.etcd.err)
 			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !maps.Equal(got, tc.want) {
-				t.Errorf("members = %v, want %v", got, tc.want)
-			}
-			if len(e.cache.keys) != 1 || e.cache.keys[0] != (client.ObjectKey{Namespace: testNS, Name: clusterName}) {
-				t.Errorf("workload client asked for %v, want the Cluster's key", e.cache.keys)
-			}
-		})
-	}
-}
-
-func TestEtcdMembersHealthy(t *testing.T) {
-	if n := (etcdMembers{"a": true, "b": false, "c": true}).healthy(); n != 2 {
-		t.Errorf("healthy = %d, want 2", n)
-	}
-	if n := (etcdMembers{}).healthy(); n != 0 {
-		t.Errorf("healthy of none = %d", n)
-	}
-}
-
-func TestRequestLeaveK0s(t *testing.T) {
-	cases := []struct {
-		name      string
-		member    *unstructured.Unstructured
-		wantGone  bool
-		wantLeave bool
-	}{
-		{name: "joined member: leave requested", member: k0sMember("n1", false, true), wantLeave: true},
-		{name: "leave requested, still joined: wait", member: k0sMember("n1", true, true), wantLeave: true},
-		{name: "left", member: k0sMember("n1", true, false), wantGone: true, wantLeave: true},
-		{name: "not joined yet: leave requested", member: k0sMember("n1", false, false), wantLeave: true},
-		{name: "no member", wantGone: true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := testContext(t)
-			f := newFixture(t)
-			if tc.member != nil {
-				f.workloadObjs = append(f.workloadObjs, tc.member)
-			}
-			e := f.build()
-			gone, err := e.r.requestLeave(ctx, e.scope(ctx), "n1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if gone != tc.wantGone {
-				t.Errorf("gone = %v, want %v", gone, tc.wantGone)
-			}
-			if tc.member == nil {
-				return
-			}
-			leave, _, _ := unstructured.NestedBool(e.getK0sMember("n1").Object, "spec", "leave")
-			if leave != tc.wantLeave {
-				t.Errorf("spec.leave = %v, want %v", leave, tc.wantLeave)
-			}
-			// The status k0s owns is not touched.
-			if k0sMemberJoined(e.getK0sMember("n1")) != k0sMemberJoined(tc.member) {
-				t.Error("Joined condition changed")
-			}
-		})
-	}
-}
-
-func TestRequestLeaveK3s(t *testing.T) {
-	cases := []struct {
-		name       string
-		node       *corev1.Node
-		wantGone   bool
-		wantRemove string
-	}{
-		{name: "member: removal requested",
-			node:       k3sNode("n1", map[string]string{k3sEtcdNodeNameAnnotation: "n1-abc", "keep": "me"}),
-			wantRemove: "true"},
-		{name: "removal requested: wait",
-			node:       k3sNode("n1", map[string]string{k3sEtcdNodeNameAnnotation: "n1-abc", k3sEtcdRemoveAnnotation: "true"}),
-			wantRemove: "true"},
-		{name: "removed",
-			node:     k3sNode("n1", map[string]string{k3sEtcdNodeNameAnnotation: "n1-abc", k3sEtcdRemovedAnnotation: "n1-abc"}),
-			wantGone: true},
-		{name: "never a member",
-			node:     k3sNode("n1", nil),
-			wantGone: true},
-		{name: "no node", wantGone: true},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			ctx := testContext(t)
-			f := newFixture(t).k3s()
-			if tc.node != nil {
-				f.workloadObjs = append(f.workloadObjs, tc.node)
-			}
-			e := f.build()
-			gone, err := e.r.requestLeave(ctx, e.scope(ctx), "n1")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if gone != tc.wantGone {
-				t.Errorf("gone = %v, want %v", gone, tc.wantGone)
-			}
-			if tc.node == nil {
-				return
-			}
-			n := e.getNode("n1")
-			if got := n.Annotations[k3sEtcdRemoveAnnotation]; got != tc.wantRemove {
-				t.Errorf("remove annotation = %q, want %q", got, tc.wantRemove)
-			}
-			for k, v := range tc.node.Annotations {
-				if n.Annotations[k] != v {
-					t.Errorf("annotation %s = %q, want %q kept", k, n.Annotations[k], v)
+			for name, want := range tc.want {
+				c := etcdMemberCondition(s, s.machines[name])
+				status, msg, _ := strings.Cut(want, ": ")
+				if string(c.Status) != status || !strings.Contains(c.Message, msg) {
+					t.Errorf("Machine %s: EtcdMemberHealthy %s %q, want %s %q", name, c.Status, c.Message, status, msg)
 				}
 			}
+			var orphans []string
+			for _, o := range s.etcd.orphans() {
+				orphans = append(orphans, o.Name)
+			}
+			if !slices.Equal(orphans, tc.wantOrphans) {
+				t.Errorf("orphans = %v, want %v", orphans, tc.wantOrphans)
+			}
 		})
 	}
 }
 
-func TestRequestLeaveUnreachable(t *testing.T) {
-	for _, k3s := range []bool{false, true} {
-		ctx := testContext(t)
-		f := newFixture(t)
-		if k3s {
-			f.k3s()
-		}
-		f.workloadErr = errors.New("not connected")
-		e := f.build()
-		if gone, err := e.r.requestLeave(ctx, e.scope(ctx), "n1"); err == nil || gone {
-			t.Errorf("k3s=%v: requestLeave = %v, %v; want an error", k3s, gone, err)
+func TestObserveEtcdNeedsTheEtcdCA(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.machine("m1", time.Hour)
+	e := f.build()
+	if err := e.c.Delete(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: clusterName + "-etcd"}}); err != nil {
+		t.Fatal(err)
+	}
+	s := e.scope(ctx)
+	if s.etcd.known() || s.etcd.err == nil || !strings.Contains(s.etcd.err.Error(), "etcd CA") {
+		t.Errorf("err = %v, want the missing etcd CA named", s.etcd.err)
+	}
+}
+
+func TestMemberNamedAfter(t *testing.T) {
+	for _, tc := range []struct {
+		member, node string
+		want         bool
+	}{
+		{"node-a", "node-a", true},
+		{"node-a-0123abcd", "node-a", true},
+		{"node-a-0123abc", "node-a", false},
+		{"node-a-0123abcg", "node-a", false},
+		{"node-ab", "node-a", false},
+		{"node-a-b-0123abcd", "node-a", false},
+	} {
+		if got := memberNamedAfter(tc.member, tc.node); got != tc.want {
+			t.Errorf("memberNamedAfter(%q, %q) = %v, want %v", tc.member, tc.node, got, tc.want)
 		}
 	}
 }
 
-func TestQuorumAfterRemoval(t *testing.T) {
-	machine := func(node string) *clusterv1.Machine {
-		m := &clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: "m"}}
-		m.Status.NodeRef.Name = node
+func TestTargetQuorum(t *testing.T) {
+	member := func(name string, healthy bool) *etcdMember {
+		m := &etcdMember{ID: uint64(len(name)) + uint64(name[len(name)-1]), Name: name}
+		if !healthy {
+			m.problem = "down"
+		}
 		return m
 	}
+	a, b, c, d, e := member("a", true), member("b", true), member("c", true), member("d", true), member("e", true)
+	down := member("x", false)
 	cases := []struct {
 		name    string
-		members etcdMembers
-		machine *clusterv1.Machine
+		members []*etcdMember
+		remove  *etcdMember
+		add     bool
 		want    bool
 	}{
-		{"3 healthy, remove one", etcdMembers{"a": true, "b": true, "c": true}, machine("a"), true},
-		{"3 with one down, remove a healthy one", etcdMembers{"a": true, "b": true, "c": false}, machine("a"), false},
-		{"3 with one down, remove the down one", etcdMembers{"a": true, "b": true, "c": false}, machine("c"), true},
-		{"2 healthy, remove one", etcdMembers{"a": true, "b": true}, machine("a"), true},
-		{"1 member, remove it", etcdMembers{"a": true}, machine("a"), false},
-		{"no members", etcdMembers{}, nil, false},
-		{"5 with two down, remove a healthy one", etcdMembers{"a": true, "b": true, "c": true, "d": false, "e": false}, machine("a"), false},
-		{"5 with one down, remove a healthy one", etcdMembers{"a": true, "b": true, "c": true, "d": true, "e": false}, machine("a"), true},
-		{"4 with one down, remove a healthy one", etcdMembers{"a": true, "b": true, "c": true, "d": false}, machine("a"), true},
-		{"Machine without a member", etcdMembers{"a": true, "b": true, "c": false}, machine("x"), true},
-		{"Machine without a node", etcdMembers{"a": true, "b": true, "c": true}, &clusterv1.Machine{}, true},
-		{"Machine without a node, quorum already lost", etcdMembers{"a": true, "b": false, "c": false}, &clusterv1.Machine{}, false},
-		{"nil Machine", etcdMembers{"a": true, "b": true, "c": false}, nil, true},
+		{"remove one of three healthy", []*etcdMember{a, b, c}, a, false, true},
+		{"remove a healthy one of three with one down", []*etcdMember{a, b, down}, a, false, false},
+		{"remove the down one of three", []*etcdMember{a, b, down}, down, false, true},
+		{"remove one of five with one down", []*etcdMember{a, b, c, d, down}, a, false, true},
+		{"add to one (best case: the new member counts healthy)", []*etcdMember{a}, nil, true, true},
+		{"add to three healthy", []*etcdMember{a, b, c}, nil, true, true},
+		{"add to two healthy of three (remediation replacement)", []*etcdMember{a, b}, nil, true, true},
+		{"add to one healthy of two", []*etcdMember{a, down}, nil, true, false},
+		{"remove nothing from five healthy", []*etcdMember{a, b, c, d, e}, nil, false, true},
+		{"a learner blocks", []*etcdMember{a, b, {ID: 99, Name: "l", IsLearner: true}}, nil, true, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := quorumAfterRemoval(tc.members, tc.machine); got != tc.want {
-				t.Errorf("quorumAfterRemoval = %v, want %v", got, tc.want)
+			s := &scope{etcd: &etcdState{members: tc.members}}
+			ok, why := s.targetQuorum(tc.remove, tc.add)
+			if ok != tc.want {
+				t.Errorf("targetQuorum = %v (%s), want %v", ok, why, tc.want)
+			}
+			if !ok && why == "" {
+				t.Error("no reason given")
 			}
 		})
-	}
-}
-
-func TestMachinesWithoutMember(t *testing.T) {
-	f := newFixture(t)
-	f.machine("a", time.Hour)
-	f.machine("b", time.Hour)
-	f.machine("c", time.Hour, withoutNode())
-	s := f.build().scope(testContext(t))
-	got := machinesWithoutMember(s.machines, etcdMembers{"a": true, "b": false})
-	if machineNames(got) != "b" {
-		t.Errorf("without member = %s, want b (c has no node yet)", machineNames(got))
 	}
 }
 
@@ -258,72 +223,95 @@ func TestReconcilePreTerminateHooks(t *testing.T) {
 	waiting := clusterv1.MachineDeletingWaitingForPreTerminateHookReason
 	cases := []struct {
 		name  string
+		k3s   bool
 		setup func(f *fixture)
-		// wantHook says whether m1 keeps its hook; wantLeave whether its member was asked to leave.
+		// wantHook says whether m1 keeps its hook; wantLeave whether its k0s EtcdMember was asked to
+		// leave; wantRemoved whether its member was removed from etcd directly.
 		wantHook    bool
 		wantLeave   bool
-		wantHalted  bool
+		wantRemoved bool
 		wantWait    string
-		wantRequeue time.Duration
 	}{
 		{name: "nothing deleting",
-			setup: func(f *fixture) {
-				f.machine("m1", time.Hour)
-				f.machine("m2", time.Hour)
-			},
+			setup:    func(f *fixture) { f.machine("m1", time.Hour); f.machine("m2", time.Hour) },
 			wantHook: true},
 		{name: "deleting, not drained yet (no Deleting condition)",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour, deleting(time.Minute, ""))
 				f.machine("m2", time.Hour)
 			},
-			wantHook: true, wantHalted: true, wantRequeue: requeueWhileBusy,
-			wantWait: "waiting for Machine m1 to be drained before its etcd member leaves"},
+			wantHook: true, wantWait: "waiting for Machine m1 to be drained before its etcd member leaves"},
 		{name: "deleting, still draining",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour, deleting(time.Minute, clusterv1.MachineDeletingDrainingNodeReason))
 				f.machine("m2", time.Hour)
 			},
-			wantHook: true, wantHalted: true, wantRequeue: requeueWhileBusy, wantWait: "to be drained"},
-		{name: "waiting for the hook, condition False",
+			wantHook: true, wantWait: "to be drained"},
+		{name: "other pre-terminate hooks run first",
 			setup: func(f *fixture) {
-				f.machine("m1", time.Hour, deleting(time.Minute, ""), withCondition(clusterv1.MachineDeletingCondition, metav1.ConditionFalse, waiting))
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting), withAnnotation(clusterv1.PreTerminateDeleteHookAnnotationPrefix+"/backup", ""))
 				f.machine("m2", time.Hour)
 			},
-			wantHook: true, wantHalted: true, wantRequeue: requeueWhileBusy, wantWait: "to be drained"},
-		{name: "waiting for the hook: leave requested, hook kept",
+			wantHook: true, wantWait: "waiting for the other pre-terminate hooks of Machine m1 (pre-terminate.delete.hook.machine.cluster.x-k8s.io/backup)"},
+		{name: "k0s: the EtcdMember is asked to leave, hook kept",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
 				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
 			},
-			wantHook: true, wantLeave: true, wantHalted: true, wantRequeue: requeueWhileBusy,
-			wantWait: "waiting for the etcd member of Machine m1 to leave"},
-		{name: "member still leaving: hook kept",
+			wantHook: true, wantLeave: true, wantWait: "waiting for the etcd member m1 of Machine m1 to leave"},
+		{name: "k0s did not act within the grace period: removed from etcd directly",
 			setup: func(f *fixture) {
-				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.machine("m1", time.Hour, deleting(time.Hour, waiting))
 				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
 				f.members["m1"] = memberLeaving
 			},
-			wantHook: true, wantLeave: true, wantHalted: true, wantRequeue: requeueWhileBusy, wantWait: "to leave"},
-		{name: "member left: hook removed",
+			wantHook: true, wantLeave: true, wantRemoved: true, wantWait: "to leave"},
+		{name: "no EtcdMember object (NotFound is no proof it left): removed from etcd directly",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
 				f.machine("m2", time.Hour)
-				f.members["m1"] = memberLeft
-			},
-			wantLeave: true, wantHalted: true, wantRequeue: requeueWhileBusy, wantWait: "waiting for Machine m1 to be deleted"},
-		{name: "member never existed: hook removed",
-			setup: func(f *fixture) {
-				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
-				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
 				delete(f.members, "m1")
 			},
-			wantHalted: true, wantRequeue: requeueWhileBusy},
-		{name: "last Machine: hook removed without removing the member",
+			wantHook: true, wantRemoved: true, wantWait: "to leave"},
+		{name: "a Machine whose kubelet never registered still has its member removed",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting), withoutNode())
+				f.etcd.add("m1", address(0))
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+			},
+			wantHook: true, wantRemoved: true, wantWait: "to leave"},
+		{name: "the member is gone from etcd's list: hook removed",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.machine("m2", time.Hour)
+				f.etcd.members = f.etcd.members[1:]
+				f.members["m1"] = memberLeft
 			},
-			wantHalted: true, wantRequeue: requeueWhileBusy, wantWait: "waiting for Machine m1 to be deleted"},
+			wantLeave: true, wantWait: "waiting for Machine m1 to be deleted"},
+		{name: "removing the member would lose quorum: hook kept, nothing asked",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m3").state = memberDown
+			},
+			wantHook: true, wantWait: "the etcd member of Machine m1 does not leave: 1 of 2 voting members would be healthy, 2 needed (unhealthy: m3)"},
+		{name: "etcd unreadable: hook kept",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m2").state = memberDown
+				f.member("m3").state = memberDown
+			},
+			wantHook: true, wantWait: "cannot tell whether Machine m1 hosts an etcd member"},
+		{name: "last Machine: hook removed without removing the member",
+			setup:    func(f *fixture) { f.machine("m1", time.Hour, deleting(time.Minute, waiting)) },
+			wantWait: "waiting for Machine m1 to be deleted"},
 		{name: "Cluster deleting: hook removed without removing the member",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
@@ -331,73 +319,71 @@ func TestReconcilePreTerminateHooks(t *testing.T) {
 				f.cluster.DeletionTimestamp = ptr.To(metav1.Now())
 				f.cluster.Finalizers = []string{"cluster.cluster.x-k8s.io"}
 			},
-			wantHalted: true, wantRequeue: requeueWhileBusy},
-		{name: "Machine without a node: hook removed",
-			setup: func(f *fixture) {
-				f.machine("m1", time.Hour, deleting(time.Minute, waiting), withoutNode())
-				f.machine("m2", time.Hour)
-			},
-			wantHalted: true, wantRequeue: requeueWhileBusy},
+			wantWait: "waiting for Machine m1 to be deleted"},
 		{name: "hook already removed: waits for the Machine to go",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour, deleting(time.Minute, waiting), withoutHook())
 				f.machine("m2", time.Hour)
 			},
-			wantHalted: true, wantRequeue: requeueWhileBusy, wantWait: "waiting for Machine m1 to be deleted"},
-		{name: "workload cluster unreachable: hook kept",
+			wantWait: "waiting for Machine m1 to be deleted"},
+		{name: "the oldest deletion first",
+			setup: func(f *fixture) {
+				f.machine("m2", time.Hour, deleting(10*time.Second, waiting))
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.machine("m3", time.Hour)
+				f.machine("m4", time.Hour)
+				f.machine("m5", time.Hour)
+				f.members["m1"] = memberJoined
+			},
+			wantHook: true, wantLeave: true, wantWait: "Machine m1"},
+		{name: "k3s: the Node is annotated for removal",
+			k3s: true,
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
 				f.machine("m2", time.Hour)
-				f.workloadErr = errors.New("connection refused")
-			},
-			wantHook: true, wantHalted: true, wantRequeue: requeueWhileBusy,
-			wantWait: "cannot reach the workload cluster to remove the etcd member of Machine m1: connection refused"},
-		{name: "the oldest deletion first",
-			setup: func(f *fixture) {
-				f.machine("m2", time.Hour, deleting(time.Minute, waiting))
-				f.machine("m1", time.Hour, deleting(time.Hour, waiting))
 				f.machine("m3", time.Hour)
 			},
-			wantHook: true, wantLeave: true, wantHalted: true, wantRequeue: requeueWhileBusy, wantWait: "Machine m1"},
+			wantHook: true, wantLeave: true, wantWait: "waiting for the etcd member m1-1a2b3c4d of Machine m1 to leave"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t)
 			f := newFixture(t)
+			if tc.k3s {
+				f.k3s()
+			}
 			tc.setup(f)
+			before := f.etcd.names()
 			e := f.build()
 			s := e.scope(ctx)
 			res, err := e.r.reconcilePreTerminateHooks(ctx, s)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.RequeueAfter != tc.wantRequeue {
-				t.Errorf("RequeueAfter = %s, want %s", res.RequeueAfter, tc.wantRequeue)
-			}
-			if s.halted != tc.wantHalted {
-				t.Errorf("halted = %v, want %v", s.halted, tc.wantHalted)
+			deletingAny := slices.ContainsFunc(f.machines, func(m *clusterv1.Machine) bool { return !m.DeletionTimestamp.IsZero() })
+			if s.halted != deletingAny || (deletingAny && res.RequeueAfter != requeueWhileBusy) {
+				t.Errorf("halted = %v, RequeueAfter = %s; want halted and requeued exactly while a Machine is deleting", s.halted, res.RequeueAfter)
 			}
 			containsAll(t, "waitMessage", s.waitMessage, tc.wantWait)
 			m1 := e.getMachine("m1")
-			if m1 == nil {
-				t.Fatal("m1 is gone")
-			}
 			if hasHook(m1) != tc.wantHook {
 				t.Errorf("m1 has hook = %v, want %v", hasHook(m1), tc.wantHook)
 			}
-			if _, ok := f.members["m1"]; ok && f.workloadErr == nil {
-				leave, _, _ := unstructured.NestedBool(e.getK0sMember("m1").Object, "spec", "leave")
-				if leave != tc.wantLeave {
-					t.Errorf("m1 member spec.leave = %v, want %v", leave, tc.wantLeave)
-				}
+			asked := false
+			if tc.k3s {
+				asked = e.getNode("m1").Annotations[k3sEtcdRemoveAnnotation] == "true"
+			} else if _, ok := f.members["m1"]; ok {
+				asked, _, _ = unstructured.NestedBool(e.getK0sMember("m1").Object, "spec", "leave")
 			}
-			// Other Machines' members are never touched.
-			for _, name := range []string{"m2", "m3"} {
-				if mem, ok := f.members[name]; ok && mem == memberJoined && f.workloadErr == nil {
-					if leave, _, _ := unstructured.NestedBool(e.getK0sMember(name).Object, "spec", "leave"); leave {
-						t.Errorf("%s member asked to leave", name)
-					}
-				}
+			if asked != tc.wantLeave {
+				t.Errorf("m1 asked to leave through the distribution = %v, want %v", asked, tc.wantLeave)
+			}
+			removed := len(f.etcd.names()) < len(before)
+			if removed != tc.wantRemoved {
+				t.Errorf("member removed from etcd = %v (members %v, before %v), want %v", removed, f.etcd.names(), before, tc.wantRemoved)
+			}
+			if removed && (slices.Contains(f.etcd.names(), "m2") == false || len(before)-len(f.etcd.names()) != 1) {
+				t.Errorf("members after removal = %v: only m1's may go", f.etcd.names())
 			}
 			if tc.name == "the oldest deletion first" && !hasHook(e.getMachine("m2")) {
 				t.Error("m2 lost its hook before m1's member left")
@@ -406,38 +392,114 @@ func TestReconcilePreTerminateHooks(t *testing.T) {
 	}
 }
 
-func TestReconcilePreTerminateHooksK3s(t *testing.T) {
+func TestReconcileEtcdMembers(t *testing.T) {
+	controlNode := func(name string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(k0sControlNodeGVK)
+		u.SetName(name)
+		return u
+	}
+	cases := []struct {
+		name         string
+		setup        func(f *fixture)
+		wantMembers  []string
+		wantMessage  string
+		wantK0sObjs  []string
+		keepK0sNames []string
+	}{
+		{name: "an orphan member is removed",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.etcd.add("gone", "10.0.9.9").state = memberDown
+			},
+			wantMembers: []string{"m1", "m2", "m3"}},
+		{name: "not while a Machine is provisioning: its member may be the orphan",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Minute, withoutNode(), withoutAddresses())
+				f.etcd.add("m3-node", "10.0.9.9")
+			},
+			wantMembers: []string{"m1", "m2", "m3-node"}},
+		{name: "not while a Machine is deleting",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour, deleting(time.Minute, ""))
+				f.etcd.add("gone", "10.0.9.9")
+			},
+			wantMembers: []string{"gone", "m1", "m2", "m3"}},
+		{name: "not when it would lose quorum",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour)
+				f.etcd.add("stray", "10.0.9.9")
+				f.member("m2").state = memberPartitioned
+			},
+			wantMembers: []string{"m1", "m2", "stray"}, wantMessage: "etcd member stray belongs to no Machine but is not removed"},
+		{name: "k0s objects of controllers that left are deleted",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.workloadObjs = append(f.workloadObjs, k0sMember("old", true, false), controlNode("old"), controlNode("m1"))
+			},
+			wantMembers: []string{"m1", "m2", "m3"}, wantK0sObjs: []string{"m1", "m2", "m3"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testContext(t)
+			f := newFixture(t)
+			tc.setup(f)
+			e := f.build()
+			s := e.scope(ctx)
+			if _, err := e.r.reconcileEtcdMembers(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if got := f.etcd.names(); !slices.Equal(got, tc.wantMembers) {
+				t.Errorf("members = %v, want %v", got, tc.wantMembers)
+			}
+			containsAll(t, "cleanup messages", strings.Join(s.etcdCleanupMessages, "\n"), tc.wantMessage)
+			if tc.wantK0sObjs != nil {
+				for _, gvk := range []string{"EtcdMember", "ControlNode"} {
+					list := &unstructured.UnstructuredList{}
+					if gvk == "EtcdMember" {
+						list.SetGroupVersionKind(k0sEtcdMemberGVK.GroupVersion().WithKind("EtcdMemberList"))
+					} else {
+						list.SetGroupVersionKind(k0sControlNodeGVK.GroupVersion().WithKind("ControlNodeList"))
+					}
+					if err := e.wc.List(ctx, list); err != nil {
+						t.Fatal(err)
+					}
+					for _, o := range list.Items {
+						if !slices.Contains(tc.wantK0sObjs, o.GetName()) {
+							t.Errorf("%s %s was kept", gvk, o.GetName())
+						}
+					}
+				}
+			}
+		})
+	}
+}
+
+// A member whose etcd is dead while k0s keeps its EtcdMember Joined=True and the kubelet stays
+// Ready is unhealthy: every operation that would remove a healthy member waits.
+func TestDeadMemberBehindReadyKubeletBlocksRemovals(t *testing.T) {
 	ctx := testContext(t)
-	waiting := clusterv1.MachineDeletingWaitingForPreTerminateHookReason
-	f := newFixture(t).k3s()
-	f.machine("m1", time.Hour, deleting(time.Minute, waiting))
-	f.machine("m2", time.Hour)
-	e := f.build()
-
-	if _, err := e.r.reconcilePreTerminateHooks(ctx, e.scope(ctx)); err != nil {
-		t.Fatal(err)
+	f := newFixture(t)
+	f.machine("m1", 3*time.Hour)
+	f.machine("m2", 2*time.Hour)
+	f.machine("m3", time.Hour)
+	f.member("m3").state = memberDown // f.members["m3"] stays memberJoined: k0s still says Joined=True
+	s := f.build().scope(ctx)
+	if p := s.preflightProblems(s.machines["m1"]); len(p) == 0 {
+		t.Error("removing m1 passes the preflight while m3's etcd is dead")
 	}
-	if n := e.getNode("m1"); n.Annotations[k3sEtcdRemoveAnnotation] != "true" {
-		t.Errorf("m1 node annotations = %v, want the remove annotation", n.Annotations)
+	if c := etcdMemberCondition(s, s.machines["m3"]); c.Status != metav1.ConditionFalse {
+		t.Errorf("m3 EtcdMemberHealthy = %s", c.Status)
 	}
-	if !hasHook(e.getMachine("m1")) {
-		t.Fatal("hook removed before k3s removed the member")
-	}
-
-	// k3s removes the member and records it on the Node.
-	n := e.getNode("m1")
-	n.Annotations[k3sEtcdRemovedAnnotation] = n.Annotations[k3sEtcdNodeNameAnnotation]
-	if err := e.wc.Update(ctx, n); err != nil {
-		t.Fatal(err)
-	}
-	s := e.scope(ctx)
-	if _, err := e.r.reconcilePreTerminateHooks(ctx, s); err != nil {
-		t.Fatal(err)
-	}
-	if hasHook(e.getMachine("m1")) {
-		t.Errorf("hook kept after the member was removed (%s)", s.waitMessage)
-	}
-	if e.getNode("m2").Annotations[k3sEtcdRemoveAnnotation] != "" {
-		t.Error("m2 asked to leave")
-	}
+	_ = client.ObjectKey{}
+	_ = controlplanev1.EtcdClusterHealthyCondition
 }

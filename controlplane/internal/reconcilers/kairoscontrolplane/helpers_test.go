@@ -3,6 +3,7 @@ package kairoscontrolplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"sync"
@@ -27,7 +28,9 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/contract"
+	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/bootstrap/clustersecret"
@@ -70,9 +73,10 @@ func testContext(t *testing.T) context.Context {
 
 // stubClusterCache hands out a fake workload client, or an error.
 type stubClusterCache struct {
-	client client.Client
-	err    error
-	keys   []client.ObjectKey
+	client  client.Client
+	err     error
+	keys    []client.ObjectKey
+	apiDown bool
 }
 
 var _ clustercache.ClusterCache = &stubClusterCache{}
@@ -102,7 +106,10 @@ func (c *stubClusterCache) Watch(context.Context, client.ObjectKey, clustercache
 }
 
 func (c *stubClusterCache) GetHealthCheckingState(context.Context, client.ObjectKey) clustercache.HealthCheckingState {
-	return clustercache.HealthCheckingState{}
+	if c.apiDown {
+		return clustercache.HealthCheckingState{LastProbeTime: time.Now(), LastProbeSuccessTime: time.Now().Add(-time.Minute), ConsecutiveFailures: 3}
+	}
+	return clustercache.HealthCheckingState{LastProbeTime: time.Now(), LastProbeSuccessTime: time.Now()}
 }
 
 func (c *stubClusterCache) GetClusterSource(string, func(context.Context, client.Object) []ctrl.Request, ...clustercache.GetClusterSourceOption) source.Source {
@@ -138,6 +145,14 @@ type fixture struct {
 	objs         []client.Object
 	workloadObjs []client.Object
 	workloadErr  error
+	// etcd is the workload cluster's etcd, as its members answer.
+	etcd *fakeEtcd
+	// apiDown: Cluster API's ClusterCache fails to probe the workload API server.
+	apiDown bool
+	// hostSeq numbers the addresses of Machines created during a test.
+	hostSeq int
+	// noPKI leaves out the cluster certificates (which the fixture adds otherwise).
+	noPKI bool
 	// noCRDs leaves out the infrastructure CRDs.
 	noCRDs      bool
 	interceptor *interceptor.Funcs
@@ -177,7 +192,30 @@ func newFixture(t *testing.T) *fixture {
 	return &fixture{
 		t: t, now: now, cluster: cluster, kcp: kcp,
 		configs: map[string]*bootstrapv1.KairosConfig{}, infras: map[string]*unstructured.Unstructured{}, members: map[string]member{},
+		etcd: newFakeEtcd(),
 	}
+}
+
+// address is the InternalIP the fixture gives the n-th Machine.
+func address(n int) string { return fmt.Sprintf("10.0.0.%d", n+10) }
+
+// memberName is the etcd member name a distribution gives a node: k0s uses the node name,
+// k3s the node name and eight hex digits.
+func (f *fixture) memberName(node string) string {
+	if f.kcp.Spec.Distribution == bootstrapv1.DistributionK3s {
+		return node + "-1a2b3c4d"
+	}
+	return node
+}
+
+// member returns the fake etcd member of a Machine's node.
+func (f *fixture) member(machine string) *fakeMember {
+	f.t.Helper()
+	m := f.etcd.byName(f.memberName(machine))
+	if m == nil {
+		f.t.Fatalf("no etcd member for Machine %s", machine)
+	}
+	return m
 }
 
 func (f *fixture) k3s() *fixture {
@@ -261,10 +299,14 @@ func (f *fixture) machine(name string, age time.Duration, opts ...func(*clusterv
 	infra.SetOwnerReferences([]metav1.OwnerReference{owner})
 	f.infras[name] = infra
 	f.members[name] = memberJoined
+	host := address(len(f.machines))
+	m.Status.Addresses = []clusterv1.MachineAddress{{Type: clusterv1.MachineInternalIP, Address: host}, {Type: clusterv1.MachineHostName, Address: name}}
 	for _, o := range opts {
 		o(m)
 	}
-	if !m.Status.NodeRef.IsDefined() {
+	if m.Status.NodeRef.IsDefined() {
+		f.etcd.add(f.memberName(name), host)
+	} else {
 		delete(f.members, name)
 	}
 	f.machines = append(f.machines, m)
@@ -307,6 +349,10 @@ func notAvailable() func(*clusterv1.Machine) {
 	return withCondition(clusterv1.MachineAvailableCondition, metav1.ConditionFalse, clusterv1.MachineNotReadyReason)
 }
 
+func withoutAddresses() func(*clusterv1.Machine) {
+	return func(m *clusterv1.Machine) { m.Status.Addresses = nil }
+}
+
 func withoutNode() func(*clusterv1.Machine) {
 	return func(m *clusterv1.Machine) { m.Status.NodeRef = clusterv1.MachineNodeReference{} }
 }
@@ -325,6 +371,7 @@ func deleting(since time.Duration, reason string) func(*clusterv1.Machine) {
 		m.DeletionTimestamp = ptr.To(metav1.NewTime(time.Now().Add(-since)))
 		if reason != "" {
 			withCondition(clusterv1.MachineDeletingCondition, metav1.ConditionTrue, reason)(m)
+			m.Status.Conditions[len(m.Status.Conditions)-1].LastTransitionTime = *m.DeletionTimestamp
 		}
 	}
 }
@@ -395,6 +442,7 @@ type env struct {
 	c     client.Client
 	wc    client.Client
 	cache *stubClusterCache
+	ctrl  *recordingController
 }
 
 func (f *fixture) build() *env {
@@ -413,7 +461,12 @@ func (f *fixture) build() *env {
 		}
 	}
 	objs = append(objs, f.objs...)
-	b := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(objs...).
+	for _, p := range clusterPKI(f.t) {
+		if !f.noPKI && !slices.ContainsFunc(f.objs, func(o client.Object) bool { return o.GetName() == p.GetName() && o.GetNamespace() == p.GetNamespace() }) {
+			objs = append(objs, p)
+		}
+	}
+	b := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(objs...).WithReturnManagedFields().
 		WithStatusSubresource(&clusterv1.Machine{}, &controlplanev1.KairosControlPlane{}, &bootstrapv1.KairosConfig{})
 	if f.interceptor != nil {
 		b = b.WithInterceptorFuncs(*f.interceptor)
@@ -425,18 +478,31 @@ func (f *fixture) build() *env {
 		wobjs = append(wobjs, workloadMember(f.kcp.Spec.Distribution, name, mem)...)
 	}
 	wc := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(wobjs...).Build()
-	cache := &stubClusterCache{client: wc, err: f.workloadErr}
-	return &env{fixture: f, c: c, wc: wc, cache: cache, r: &Reconciler{Client: c, APIReader: c, ClusterCache: cache}}
+	cache := &stubClusterCache{client: wc, err: f.workloadErr, apiDown: f.apiDown}
+	rc := &recordingController{FakeController: capicontrollerutil.NewFakeController()}
+	r := &Reconciler{Client: c, APIReader: c, ClusterCache: cache, controller: rc, HealthInterval: defaultHealthInterval,
+		machineDeleter: capicontrollerutil.NewClientWithDeleteResponseFromClient(c), etcdDialers: f.etcd.factory()}
+	return &env{fixture: f, c: c, wc: wc, cache: cache, r: r, ctrl: rc}
+}
+
+// recordingController records the cache waits a reconciliation asks for.
+type recordingController struct {
+	*capicontrollerutil.FakeController
+	waits []string
+}
+
+func (c *recordingController) DeferNextReconcileUntilCacheUpToDate(_ metav1.Object, gvkt capicontrollerutil.GroupVersionKindType, rv string) {
+	c.waits = append(c.waits, gvkt.Kind+"@"+rv)
 }
 
 // workloadMember returns the workload objects that report a node's etcd membership.
 func workloadMember(dist bootstrapv1.Distribution, name string, mem member) []client.Object {
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{}}}
 	if dist == bootstrapv1.DistributionK3s {
-		node.Annotations[k3sEtcdNodeNameAnnotation] = name + "-1a2b3c"
+		node.Annotations[k3sEtcdNodeNameAnnotation] = name + "-1a2b3c4d"
 		switch mem {
 		case memberLeft:
-			node.Annotations[k3sEtcdRemovedAnnotation] = name + "-1a2b3c"
+			node.Annotations[k3sEtcdRemovedAnnotation] = name + "-1a2b3c4d"
 			node.Annotations[k3sEtcdRemoveAnnotation] = "true"
 		case memberLeaving:
 			node.Annotations[k3sEtcdRemoveAnnotation] = "true"
@@ -470,6 +536,96 @@ func (e *env) scope(ctx context.Context) *scope {
 		e.t.Fatalf("newScope: %v", err)
 	}
 	return s
+}
+
+// settle plays the world between two reconciliations: deleting Machines go (their members leave
+// etcd, as the pre-terminate hook makes them), new Machines get an address, a ready Node and an
+// etcd member.
+func (e *env) settle(ctx context.Context) {
+	e.t.Helper()
+	for _, m := range e.listMachines() {
+		if !m.DeletionTimestamp.IsZero() {
+			e.etcd.removeByName(e.memberName(m.Name))
+			m.Finalizers = nil
+			if err := e.c.Update(ctx, &m); err != nil {
+				e.t.Fatal(err)
+			}
+			continue
+		}
+		if !m.Status.NodeRef.IsDefined() {
+			e.joinNode(ctx, &m)
+		}
+	}
+}
+
+// world plays Cluster API's Machine controller and the distribution between reconciliations,
+// with the pre-terminate hook honoured: a deleting Machine waits for the hook, then goes; a k0s
+// EtcdMember asked to leave leaves etcd; a new Machine gets an address, a ready Node and an etcd
+// member.
+func (e *env) world(ctx context.Context) {
+	e.t.Helper()
+	for _, m := range e.listMachines() {
+		if m.DeletionTimestamp.IsZero() || !hasHook(&m) {
+			continue
+		}
+		if c := conditions.Get(&m, clusterv1.MachineDeletingCondition); c == nil || c.Reason != clusterv1.MachineDeletingWaitingForPreTerminateHookReason {
+			withCondition(clusterv1.MachineDeletingCondition, metav1.ConditionTrue, clusterv1.MachineDeletingWaitingForPreTerminateHookReason)(&m)
+			if err := e.c.Status().Update(ctx, &m); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(k0sEtcdMemberGVK.GroupVersion().WithKind("EtcdMemberList"))
+	if err := e.wc.List(ctx, list); err == nil {
+		for _, u := range list.Items {
+			if leave, _, _ := unstructured.NestedBool(u.Object, "spec", "leave"); leave {
+				e.etcd.removeByName(u.GetName())
+			}
+		}
+	}
+	for _, m := range e.listMachines() {
+		if !m.DeletionTimestamp.IsZero() && !hasHook(&m) {
+			e.etcd.removeByName(e.memberName(m.Name))
+			m.Finalizers = nil
+			if err := e.c.Update(ctx, &m); err != nil {
+				e.t.Fatal(err)
+			}
+		}
+	}
+	for _, m := range e.listMachines() {
+		if m.DeletionTimestamp.IsZero() && !m.Status.NodeRef.IsDefined() {
+			e.joinNode(ctx, &m)
+		}
+	}
+}
+
+// joinNode gives a new Machine an address, a ready Node and an etcd member.
+func (e *env) joinNode(ctx context.Context, m *clusterv1.Machine) {
+	e.t.Helper()
+	e.hostSeq++
+	host := fmt.Sprintf("10.0.1.%d", e.hostSeq)
+	m.Status.NodeRef.Name = m.Name
+	m.Status.Addresses = []clusterv1.MachineAddress{{Type: clusterv1.MachineInternalIP, Address: host}}
+	withCondition(clusterv1.MachineReadyCondition, "True", clusterv1.MachineReadyReason)(m)
+	withCondition(clusterv1.MachineAvailableCondition, "True", clusterv1.MachineAvailableReason)(m)
+	if err := e.c.Status().Update(ctx, m); err != nil {
+		e.t.Fatal(err)
+	}
+	e.etcd.add(e.memberName(m.Name), host)
+	for _, o := range workloadMember(e.kcp.Spec.Distribution, m.Name, memberJoined) {
+		if err := e.wc.Create(ctx, o); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func (e *env) listMachineNames() []string {
+	var out []string
+	for _, m := range e.listMachines() {
+		out = append(out, m.Name)
+	}
+	return out
 }
 
 // getMachine reads a Machine back; nil when it is gone.

@@ -2,14 +2,21 @@ package kairoscontrolplane
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/klog/v2"
@@ -21,6 +28,7 @@ import (
 	"sigs.k8s.io/cluster-api/controllers/external"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/contract"
+	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/patch"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
@@ -88,7 +96,6 @@ func (r *Reconciler) createMachine(ctx context.Context, s *scope, failureDomain 
 		return kerrors.NewAggregate([]error{fmt.Errorf("creating KairosConfig %s: %w", name, err), r.cleanup(ctx, infra)})
 	}
 
-	spec := s.kcp.Spec.MachineTemplate.Spec
 	machine := &clusterv1.Machine{
 		ObjectMeta: metav1.ObjectMeta{
 			Name: name, Namespace: s.kcp.Namespace, Labels: labels,
@@ -103,16 +110,39 @@ func (r *Reconciler) createMachine(ctx context.Context, s *scope, failureDomain 
 			}},
 			InfrastructureRef: infraRef,
 			FailureDomain:     failureDomain,
-			ReadinessGates:    spec.ReadinessGates,
-			Deletion:          machineDeletion(s),
-			// A control-plane Machine is available as soon as it is ready.
-			MinReadySeconds: ptr.To[int32](0),
 		},
 	}
-	if err := r.Client.Create(ctx, machine); err != nil {
+	setMutableMachineSpec(s, machine)
+	if err := r.applyMachine(ctx, machine); err != nil {
 		return kerrors.NewAggregate([]error{fmt.Errorf("creating Machine %s: %w", name, err), r.cleanup(ctx, infra, config)})
 	}
+	// The next reconciliation must see this Machine, or it would create another one.
+	r.controller.DeferNextReconcileUntilCacheUpToDate(s.kcp, capicontrollerutil.StructuredObject(clusterv1.GroupVersion, "Machine"), machine.ResourceVersion)
 	ctrl.LoggerFrom(ctx).Info("Created control-plane Machine", "Machine", klog.KObj(machine), "failureDomain", failureDomain)
+	return nil
+}
+
+// setMutableMachineSpec sets what may change on an existing Machine without replacing it.
+func setMutableMachineSpec(s *scope, m *clusterv1.Machine) {
+	m.Spec.ReadinessGates = s.kcp.Spec.MachineTemplate.Spec.ReadinessGates
+	m.Spec.Deletion = machineDeletion(s)
+	// A control-plane Machine is available as soon as it is ready.
+	m.Spec.MinReadySeconds = ptr.To[int32](0)
+}
+
+// deleteMachine deletes a control-plane Machine; the next reconciliation waits until the cache
+// has seen the deletion, so that it never counts the Machine as active again.
+func (r *Reconciler) deleteMachine(ctx context.Context, s *scope, m *clusterv1.Machine) error {
+	deleted, err := r.machineDeleter.Delete(ctx, m)
+	if err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("deleting Machine %s: %w", m.Name, err)
+	}
+	if deleted != nil {
+		r.controller.DeferNextReconcileUntilCacheUpToDate(s.kcp, capicontrollerutil.StructuredObject(clusterv1.GroupVersion, "Machine"), deleted.GetResourceVersion())
+	}
 	return nil
 }
 
@@ -136,51 +166,151 @@ func (r *Reconciler) cleanup(ctx context.Context, objs ...client.Object) error {
 }
 
 // apiVersionFor resolves the API version of a kind the way Cluster API does: from the contract
-// label of its CRD, picking the last version listed for the current contract.
+// labels of its CRD, the last version listed for the v1beta2 contract, or, for providers that
+// still implement only the v1beta1 contract (Cluster API v1.14 accepts them; CAPK v0.11 is one),
+// the last version listed for v1beta1. Cluster API's own helper for this is internal; reading
+// objects uses external.GetObjectFromContractVersionedRef, but cloning a template needs the
+// version first.
 func apiVersionFor(ctx context.Context, c client.Reader, gk schema.GroupKind) (string, error) {
 	crd := &metav1.PartialObjectMetadata{}
 	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
 	if err := c.Get(ctx, client.ObjectKey{Name: contract.CalculateCRDName(gk.Group, gk.Kind)}, crd); err != nil {
 		return "", fmt.Errorf("reading the CRD of %s: %w", gk, err)
 	}
-	versions := crd.Labels["cluster.x-k8s.io/v1beta2"]
-	if versions == "" {
-		return "", fmt.Errorf("the CRD of %s has no cluster.x-k8s.io/v1beta2 contract label: is its provider compatible with the v1beta2 contract?", gk)
+	for _, contractVersion := range []string{"v1beta2", "v1beta1"} {
+		if versions := crd.Labels[clusterv1.GroupVersion.Group+"/"+contractVersion]; versions != "" {
+			parts := strings.Split(versions, "_")
+			return schema.GroupVersion{Group: gk.Group, Version: parts[len(parts)-1]}.String(), nil
+		}
 	}
-	parts := strings.Split(versions, "_")
-	return schema.GroupVersion{Group: gk.Group, Version: parts[len(parts)-1]}.String(), nil
+	return "", fmt.Errorf("the CRD of %s has no %s/v1beta2 or /v1beta1 contract label: is its provider compatible with Cluster API v1.14?", gk, clusterv1.GroupVersion.Group)
+}
+
+// machineFieldManager owns, through server-side apply, everything the control plane sets on
+// its Machines: labels and annotations removed from spec.machineTemplate.metadata then leave the
+// Machines too, and nobody else's labels are touched.
+const machineFieldManager = "kairos-controlplane"
+
+// applyMachine creates or updates a Machine with server-side apply and reads back its
+// resourceVersion.
+func (r *Reconciler) applyMachine(ctx context.Context, m *clusterv1.Machine) error {
+	m.SetGroupVersionKind(clusterv1.GroupVersion.WithKind("Machine"))
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(m)
+	if err != nil {
+		return err
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	// Only what this controller means to own: no status, no server-set metadata.
+	unstructured.RemoveNestedField(u.Object, "status")
+	for _, f := range []string{"creationTimestamp", "resourceVersion", "uid", "managedFields", "generation"} {
+		unstructured.RemoveNestedField(u.Object, "metadata", f)
+	}
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(machineFieldManager), client.ForceOwnership); err != nil {
+		return err
+	}
+	m.ResourceVersion = u.GetResourceVersion()
+	return nil
+}
+
+// desiredMachine is what the control plane applies to an existing Machine: its identity as
+// created, the current metadata and mutable spec fields of the template, and the annotations
+// the control plane itself put there and still needs.
+func desiredMachine(s *scope, m *clusterv1.Machine) *clusterv1.Machine {
+	annotations := mergeMaps(s.kcp.Spec.MachineTemplate.ObjectMeta.Annotations)
+	for _, k := range []string{controlplanev1.EtcdMemberHookAnnotation, controlplanev1.RemediationForAnnotation} {
+		if v, ok := m.Annotations[k]; ok {
+			annotations = mergeMaps(annotations, map[string]string{k: v})
+		}
+	}
+	d := &clusterv1.Machine{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: m.Name, Namespace: m.Namespace, Labels: machineLabels(s), Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{s.ownerRef()},
+		},
+		Spec: clusterv1.MachineSpec{
+			ClusterName:       m.Spec.ClusterName,
+			Version:           m.Spec.Version,
+			Bootstrap:         clusterv1.Bootstrap{ConfigRef: m.Spec.Bootstrap.ConfigRef},
+			InfrastructureRef: m.Spec.InfrastructureRef,
+			FailureDomain:     m.Spec.FailureDomain,
+		},
+	}
+	setMutableMachineSpec(s, d)
+	return d
+}
+
+// machineNeedsApply tells whether applying desired would change the Machine: a label or
+// annotation is missing, differs, or was applied before and is no longer wanted, or a mutable
+// spec field differs. Nothing is sent otherwise.
+func machineNeedsApply(m, desired *clusterv1.Machine) bool {
+	ownedLabels, ownedAnnotations := ownedMetadataKeys(m, machineFieldManager)
+	if !containsAllOf(m.Labels, desired.Labels) || !containsAllOf(m.Annotations, desired.Annotations) ||
+		!isSubset(ownedLabels, desired.Labels) || !isSubset(ownedAnnotations, desired.Annotations) {
+		return true
+	}
+	if !metav1.IsControlledBy(m, &metav1.ObjectMeta{UID: desired.OwnerReferences[0].UID}) {
+		return true
+	}
+	return !equality.Semantic.DeepEqual(m.Spec.ReadinessGates, desired.Spec.ReadinessGates) ||
+		!equality.Semantic.DeepEqual(m.Spec.Deletion, desired.Spec.Deletion) ||
+		ptr.Deref(m.Spec.MinReadySeconds, -1) != ptr.Deref(desired.Spec.MinReadySeconds, -1)
+}
+
+func containsAllOf(have, want map[string]string) bool {
+	for k, v := range want {
+		if cur, ok := have[k]; !ok || cur != v {
+			return false
+		}
+	}
+	return true
+}
+
+func isSubset(keys []string, of map[string]string) bool {
+	for _, k := range keys {
+		if _, ok := of[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// ownedMetadataKeys lists the labels and annotations a field manager applied to an object, as
+// its managedFields record them (f:metadata -> f:labels / f:annotations -> f:<key>).
+func ownedMetadataKeys(obj metav1.Object, manager string) (labels, annotations []string) {
+	for _, mf := range obj.GetManagedFields() {
+		if mf.Manager != manager || mf.Operation != metav1.ManagedFieldsOperationApply || mf.FieldsV1 == nil {
+			continue
+		}
+		var fields map[string]map[string]map[string]any
+		if err := json.Unmarshal(mf.FieldsV1.Raw, &fields); err != nil {
+			continue
+		}
+		for k := range fields["f:metadata"]["f:labels"] {
+			labels = append(labels, strings.TrimPrefix(k, "f:"))
+		}
+		for k := range fields["f:metadata"]["f:annotations"] {
+			annotations = append(annotations, strings.TrimPrefix(k, "f:"))
+		}
+	}
+	return labels, annotations
 }
 
 // syncMachines propagates what may change without a rollout (metadata, deletion timeouts,
 // readiness gates) to existing Machines and their KairosConfigs and infrastructure machines,
-// and sets each Machine's UpToDate condition.
+// and sets each Machine's UpToDate and EtcdMemberHealthy conditions.
 func (r *Reconciler) syncMachines(ctx context.Context, s *scope) (ctrl.Result, error) {
 	labels := machineLabels(s)
 	annotations := s.kcp.Spec.MachineTemplate.ObjectMeta.Annotations
 	for _, m := range s.machines {
+		if err := r.setMachineConditions(ctx, s, m); err != nil {
+			return ctrl.Result{}, err
+		}
 		if !m.DeletionTimestamp.IsZero() {
 			continue
 		}
-		helper, err := patch.NewHelper(m, r.Client)
-		if err != nil {
+		if err := r.syncMachine(ctx, s, m); err != nil {
 			return ctrl.Result{}, err
 		}
-		m.Labels = mergeMaps(m.Labels, labels)
-		m.Annotations = mergeMaps(m.Annotations, annotations)
-		m.Spec.Deletion = machineDeletion(s)
-		m.Spec.ReadinessGates = s.kcp.Spec.MachineTemplate.Spec.ReadinessGates
-		m.Spec.MinReadySeconds = ptr.To[int32](0)
-		ok, reasons := s.upToDate(m)
-		cond := metav1.Condition{Type: clusterv1.MachineUpToDateCondition, Status: metav1.ConditionTrue, Reason: clusterv1.MachineUpToDateReason}
-		if !ok {
-			cond = metav1.Condition{Type: clusterv1.MachineUpToDateCondition, Status: metav1.ConditionFalse,
-				Reason: clusterv1.MachineNotUpToDateReason, Message: "* " + strings.Join(reasons, "\n* ")}
-		}
-		conditions.Set(m, cond)
-		if err := helper.Patch(ctx, m, patch.WithOwnedConditions{Conditions: []string{clusterv1.MachineUpToDateCondition}}); err != nil {
-			return ctrl.Result{}, fmt.Errorf("updating Machine %s: %w", m.Name, err)
-		}
-
 		if config, ok := s.configs[m.Name]; ok {
 			if err := r.syncMetadata(ctx, config, labels, annotations); err != nil {
 				return ctrl.Result{}, err
@@ -197,17 +327,105 @@ func (r *Reconciler) syncMachines(ctx context.Context, s *scope) (ctrl.Result, e
 	return ctrl.Result{}, nil
 }
 
+// syncMachine applies the desired state to a Machine when it would change something. The
+// manager's cache strips managedFields (as Cluster API's managers do, to save memory), so which
+// labels this controller applied before is read from the API server, once per Machine
+// resourceVersion and desired state: a steady control plane sends no write at all.
+func (r *Reconciler) syncMachine(ctx context.Context, s *scope, m *clusterv1.Machine) error {
+	desired := desiredMachine(s, m)
+	key, err := applyKey(desired)
+	if err != nil {
+		return err
+	}
+	if r.applied.has(m.UID, m.ResourceVersion, key) {
+		return nil
+	}
+	live := m
+	if !machineNeedsApply(m, desired) {
+		// Everything is in place unless an old label or annotation has to go: ask the API server
+		// which ones this controller owns.
+		live = &clusterv1.Machine{}
+		if err := r.APIReader.Get(ctx, client.ObjectKeyFromObject(m), live); err != nil {
+			return fmt.Errorf("reading Machine %s: %w", m.Name, err)
+		}
+	}
+	rv := live.ResourceVersion
+	if machineNeedsApply(live, desired) {
+		if err := r.applyMachine(ctx, desired); err != nil {
+			return fmt.Errorf("updating Machine %s: %w", m.Name, err)
+		}
+		rv = desired.ResourceVersion
+	}
+	r.applied.set(m.UID, rv, key)
+	return nil
+}
+
+// applyKey identifies a desired Machine state.
+func applyKey(desired *clusterv1.Machine) (string, error) {
+	raw, err := json.Marshal(struct {
+		Meta metav1.ObjectMeta
+		Spec clusterv1.MachineSpec
+	}{desired.ObjectMeta, desired.Spec})
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(raw)
+	return hex.EncodeToString(sum[:]), nil
+}
+
+// appliedStates remembers, per Machine, the resourceVersion at which its desired state was
+// known to be applied. It is only an optimization: after a restart each Machine is read once.
+type appliedStates struct {
+	mu      sync.Mutex
+	entries map[types.UID]appliedState
+}
+
+type appliedState struct{ resourceVersion, key string }
+
+func (a *appliedStates) has(uid types.UID, rv, key string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	e, ok := a.entries[uid]
+	return ok && e.resourceVersion == rv && e.key == key
+}
+
+func (a *appliedStates) set(uid types.UID, rv, key string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.entries == nil {
+		a.entries = map[types.UID]appliedState{}
+	}
+	a.entries[uid] = appliedState{resourceVersion: rv, key: key}
+}
+
+// setMachineConditions sets the conditions the control plane owns on a Machine; the patch is
+// empty, and not sent, when they did not change.
+func (r *Reconciler) setMachineConditions(ctx context.Context, s *scope, m *clusterv1.Machine) error {
+	helper, err := patch.NewHelper(m, r.Client)
+	if err != nil {
+		return err
+	}
+	owned := []string{controlplanev1.MachineEtcdMemberHealthyCondition}
+	conditions.Set(m, etcdMemberCondition(s, m))
+	if m.DeletionTimestamp.IsZero() {
+		ok, reasons := s.upToDate(m)
+		cond := metav1.Condition{Type: clusterv1.MachineUpToDateCondition, Status: metav1.ConditionTrue, Reason: clusterv1.MachineUpToDateReason}
+		if !ok {
+			cond = metav1.Condition{Type: clusterv1.MachineUpToDateCondition, Status: metav1.ConditionFalse,
+				Reason: clusterv1.MachineNotUpToDateReason, Message: "* " + strings.Join(reasons, "\n* ")}
+		}
+		conditions.Set(m, cond)
+		owned = append(owned, clusterv1.MachineUpToDateCondition)
+	}
+	if err := helper.Patch(ctx, m, patch.WithOwnedConditions{Conditions: owned}); err != nil {
+		return fmt.Errorf("updating the conditions of Machine %s: %w", m.Name, err)
+	}
+	return nil
+}
+
 // infraMachine reads a Machine's infrastructure machine, or nil when it does not exist (yet).
 func (r *Reconciler) infraMachine(ctx context.Context, m *clusterv1.Machine) (*unstructured.Unstructured, error) {
-	ref := m.Spec.InfrastructureRef
-	apiVersion, err := apiVersionFor(ctx, r.Client, ref.GroupKind())
-	if err != nil {
-		return nil, err
-	}
-	infra := &unstructured.Unstructured{}
-	infra.SetAPIVersion(apiVersion)
-	infra.SetKind(ref.Kind)
-	err = r.Client.Get(ctx, client.ObjectKey{Namespace: m.Namespace, Name: ref.Name}, infra)
+	infra, err := external.GetObjectFromContractVersionedRef(ctx, r.Client, m.Spec.InfrastructureRef, m.Namespace)
 	if apierrors.IsNotFound(err) {
 		return nil, nil
 	}

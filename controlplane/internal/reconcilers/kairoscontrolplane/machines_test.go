@@ -5,12 +5,14 @@ import (
 	"errors"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -181,15 +183,15 @@ func TestCreateMachineErrors(t *testing.T) {
 			setup:        func(f *fixture) { f.noCRDs = true },
 			wantErr:      "reading the CRD of TestMachineTemplate.infrastructure.cluster.x-k8s.io",
 			wantInfraErr: "reading the CRD of TestMachineTemplate.infrastructure.cluster.x-k8s.io"},
-		{name: "infrastructure CRD without the v1beta2 contract label",
+		{name: "infrastructure CRD without a contract label",
 			setup: func(f *fixture) {
 				f.noCRDs = true
 				crd := crdObject(templateKind)
-				crd.SetLabels(map[string]string{"cluster.x-k8s.io/v1beta1": "v1beta1"})
+				crd.SetLabels(map[string]string{"example.com/other": "v1beta1"})
 				f.objs = append(f.objs, crd)
 			},
-			wantErr:      "no cluster.x-k8s.io/v1beta2 contract label",
-			wantInfraErr: "no cluster.x-k8s.io/v1beta2 contract label"},
+			wantErr:      "no cluster.x-k8s.io/v1beta2 or /v1beta1 contract label",
+			wantInfraErr: "no cluster.x-k8s.io/v1beta2 or /v1beta1 contract label"},
 		{name: "infrastructure template missing",
 			setup: func(f *fixture) {
 				f.kcp.Spec.MachineTemplate.Spec.InfrastructureRef.Name = "missing"
@@ -211,11 +213,8 @@ func TestCreateMachineErrors(t *testing.T) {
 			wantErr: "creating KairosConfig"},
 		{name: "Machine creation fails: the KairosConfig and infrastructure machine are removed",
 			setup: func(f *fixture) {
-				f.interceptor = &interceptor.Funcs{Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
-					if _, ok := obj.(*clusterv1.Machine); ok {
-						return errBoom
-					}
-					return c.Create(ctx, obj, opts...)
+				f.interceptor = &interceptor.Funcs{Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+					return errBoom // Machines are the only objects applied
 				}}
 			},
 			wantErr: "creating Machine"},
@@ -262,9 +261,15 @@ func TestAPIVersionFor(t *testing.T) {
 	for _, tc := range []struct{ label, want string }{
 		{"v1beta2", "infrastructure.cluster.x-k8s.io/v1beta2"},
 		{"v1alpha3_v1alpha4_v1beta1", "infrastructure.cluster.x-k8s.io/v1beta1"},
+		// Only the v1beta1 contract (CAPK v0.11): its latest version there.
+		{"v1beta1=v1alpha1", "infrastructure.cluster.x-k8s.io/v1alpha1"},
 	} {
 		crd := crdObject(infraKind)
-		crd.SetLabels(map[string]string{"cluster.x-k8s.io/v1beta2": tc.label})
+		key, label := "cluster.x-k8s.io/v1beta2", tc.label
+		if k, v, ok := strings.Cut(tc.label, "="); ok {
+			key, label = "cluster.x-k8s.io/"+k, v
+		}
+		crd.SetLabels(map[string]string{key: label})
 		f := newFixture(t)
 		f.noCRDs = true
 		f.objs = append(f.objs, crd)
@@ -402,5 +407,88 @@ func TestSyncMachinesUpToDateReasons(t *testing.T) {
 	want := "* version v1.31.2, want v1.32.0\n* KairosConfig spec changed"
 	if c == nil || c.Status != metav1.ConditionFalse || c.Message != want {
 		t.Errorf("UpToDate = %+v, want False with %q", c, want)
+	}
+}
+
+// Labels and annotations dropped from spec.machineTemplate.metadata leave the Machines
+// (server-side apply), labels others set stay, and a sync with nothing to change sends nothing.
+func TestSyncMachinesRemovesDroppedMetadata(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t).replicas(1)
+	f.kcp.Spec.MachineTemplate.ObjectMeta = clusterv1.ObjectMeta{
+		Labels:      map[string]string{"tier": "cp", "zone": "eu"},
+		Annotations: map[string]string{"example.com/owner": "team-b", "example.com/cost": "42"},
+	}
+	applies := 0
+	f.interceptor = &interceptor.Funcs{Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+		applies++
+		return c.Apply(ctx, obj, opts...)
+	}}
+	e := f.build()
+	if err := e.r.createMachine(ctx, e.scope(ctx), "", nil); err != nil {
+		t.Fatal(err)
+	}
+	name := e.newMachines()[0].Name
+	// Someone else labels the Machine.
+	m := e.getMachine(name)
+	m.Labels["example.com/team"] = "blue"
+	if err := e.c.Update(ctx, m, client.FieldOwner("kubectl-label")); err != nil {
+		t.Fatal(err)
+	}
+
+	f.kcp.Spec.MachineTemplate.ObjectMeta = clusterv1.ObjectMeta{
+		Labels:      map[string]string{"tier": "cp"},
+		Annotations: map[string]string{"example.com/owner": "team-b"},
+	}
+	applies = 0
+	if _, err := e.r.syncMachines(ctx, e.scope(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	m = e.getMachine(name)
+	if _, ok := m.Labels["zone"]; ok || m.Labels["tier"] != "cp" || m.Labels["example.com/team"] != "blue" {
+		t.Errorf("labels = %v, want zone removed, tier and example.com/team kept", m.Labels)
+	}
+	if _, ok := m.Annotations["example.com/cost"]; ok || m.Annotations["example.com/owner"] != "team-b" || !hasHook(m) {
+		t.Errorf("annotations = %v, want example.com/cost removed, the owner and the hook kept", m.Annotations)
+	}
+	if applies != 1 {
+		t.Errorf("%d applies, want 1", applies)
+	}
+	applies = 0
+	if _, err := e.r.syncMachines(ctx, e.scope(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	if applies != 0 {
+		t.Errorf("a sync with nothing to change applied %d times", applies)
+	}
+}
+
+// The next reconciliation waits until the cache has seen a Machine created or deleted: without
+// it a reconciliation right after a scale-up can miss the new Machine and create another.
+func TestCacheWaitsAfterCreateAndDelete(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.machine("m1", 2*time.Hour)
+	e := f.build()
+	if _, err := e.r.reconcileReplicas(ctx, e.scope(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	created := e.newMachines()
+	if len(created) != 1 || !slices.Equal(e.ctrl.waits, []string{"Machine@" + created[0].ResourceVersion}) {
+		t.Fatalf("after a scale-up: %d Machines created, waits %v, want a wait for the new Machine", len(created), e.ctrl.waits)
+	}
+
+	f = newFixture(t).replicas(1)
+	f.machine("m1", 2*time.Hour)
+	f.machine("m2", time.Hour)
+	f.machine("m3", time.Hour)
+	e = f.build()
+	if _, err := e.r.reconcileReplicas(ctx, e.scope(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	// The fake delete client returns no object, so the wait is asked only by the real client;
+	// what is checked here is that the delete went through the client that can ask for it.
+	if got := e.deletedMachines(); len(got) != 1 {
+		t.Fatalf("deleted %v, want one Machine", got)
 	}
 }

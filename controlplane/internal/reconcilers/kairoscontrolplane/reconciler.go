@@ -23,6 +23,7 @@ import (
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/collections"
+	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
@@ -41,7 +42,7 @@ const requeueWhileBusy = 5 * time.Second
 
 // +kubebuilder:rbac:groups=controlplane.cluster.x-k8s.io,resources=kairoscontrolplanes;kairoscontrolplanes/status;kairoscontrolplanes/finalizers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigs,verbs=get;list;watch;create;update;patch;delete
-// +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigtemplates,verbs=get;list;watch
+// +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigtemplates,verbs=get;list;watch;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;clusters/status,verbs=get;list;watch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machines;machines/status,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=machinepools,verbs=get;list;watch
@@ -58,7 +59,28 @@ type Reconciler struct {
 	ClusterCache clustercache.ClusterCache
 	// WatchFilterValue restricts reconciliation to objects carrying this watch-filter label.
 	WatchFilterValue string
+	// HealthInterval is how often a control plane with Machines is looked at when nothing else
+	// happens: etcd's health is not something a watch reports. Default: defaultHealthInterval.
+	HealthInterval time.Duration
+
+	// controller defers the next reconciliation until the cache has seen what this one wrote, so
+	// that a Machine just created or deleted is never missed (which could create a second surge
+	// Machine or remove two etcd members at once).
+	controller capicontrollerutil.Controller
+	// machineDeleter deletes Machines and returns their deletion resourceVersion.
+	machineDeleter capicontrollerutil.ClientWithDeleteResponse
+	// etcdDialers connect to the members of a workload cluster's etcd.
+	etcdDialers etcdDialerFactory
+	// applied remembers the Machine states already applied.
+	applied appliedStates
 }
+
+// joiningRequeue is how soon a control plane whose etcd waits for a joining member is looked at
+// again.
+const joiningRequeue = time.Second
+
+// defaultHealthInterval is the default HealthInterval.
+const defaultHealthInterval = time.Minute
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
@@ -67,16 +89,30 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", "kairoscontrolplane")
 	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)
-	err := ctrl.NewControllerManagedBy(mgr).
+	c, err := capicontrollerutil.NewControllerManagedBy(mgr, log).
 		For(&controlplanev1.KairosControlPlane{}, builder.WithPredicates(filter)).
-		Owns(&clusterv1.Machine{}, builder.WithPredicates(filter)).
+		Owns(&clusterv1.Machine{}, filter).
 		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(clusterToKairosControlPlane),
-			builder.WithPredicates(predicates.All(mgr.GetScheme(), log, predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log), filter))).
-		WatchesRawSource(r.ClusterCache.GetClusterSource("kairoscontrolplane", clusterToKairosControlPlane)).
+			predicates.All(mgr.GetScheme(), log, predicates.ClusterPausedTransitionsOrInfrastructureProvisioned(mgr.GetScheme(), log), filter)).
+		// A workload API server that stops answering makes the control plane unavailable.
+		WatchesRawSource(r.ClusterCache.GetClusterSource("kairoscontrolplane", clusterToKairosControlPlane,
+			clustercache.WatchForProbeFailure(2*time.Minute))).
 		WithOptions(options).
-		Complete(r)
+		Build(ctx, r)
 	if err != nil {
 		return fmt.Errorf("setting up the kairoscontrolplane controller: %w", err)
+	}
+	r.controller = c
+	r.machineDeleter, err = capicontrollerutil.NewClientWithDeleteResponse(&clusterv1.Machine{}, clusterv1.GroupVersion.WithResource("machines").GroupResource(),
+		mgr.GetScheme(), mgr.GetConfig(), mgr.GetHTTPClient())
+	if err != nil {
+		return fmt.Errorf("setting up the Machine client: %w", err)
+	}
+	if r.etcdDialers == nil {
+		r.etcdDialers = newEtcdDialerFactory()
+	}
+	if r.HealthInterval <= 0 {
+		r.HealthInterval = defaultHealthInterval
 	}
 	return nil
 }
@@ -98,7 +134,11 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	log := ctrl.LoggerFrom(ctx)
 	kcp := &controlplanev1.KairosControlPlane{}
 	if err := r.Client.Get(ctx, req.NamespacedName, kcp); err != nil {
-		return ctrl.Result{}, client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			r.controller.ClearConsistencyStore(req.NamespacedName, "")
+			return ctrl.Result{}, nil
+		}
+		return ctrl.Result{}, err
 	}
 
 	cluster, err := util.GetOwnerCluster(ctx, r.Client, kcp.ObjectMeta)
@@ -158,6 +198,7 @@ var ownedConditions = []string{
 	controlplanev1.ScalingDownCondition,
 	controlplanev1.RemediatingCondition,
 	controlplanev1.DeletingCondition,
+	controlplanev1.EtcdClusterHealthyCondition,
 }
 
 // newScope gathers the control plane's Machines and their KairosConfigs.
@@ -195,6 +236,11 @@ func (r *Reconciler) newScope(ctx context.Context, kcp *controlplanev1.KairosCon
 	if err := r.loadBaseConfig(ctx, s); err != nil {
 		return nil, err
 	}
+	if s.initialized() && machines.Len() > 0 && cluster.DeletionTimestamp.IsZero() && kcp.DeletionTimestamp.IsZero() {
+		s.etcd = r.observeEtcd(ctx, s)
+	}
+	health := r.ClusterCache.GetHealthCheckingState(ctx, s.clusterKey())
+	s.apiServed = !health.LastProbeSuccessTime.IsZero() && health.ConsecutiveFailures == 0
 	return s, nil
 }
 
@@ -205,11 +251,14 @@ type phase func(context.Context, *scope) (ctrl.Result, error)
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
 	phases := []phase{
 		r.reconcileCertificates,
+		r.reconcileTemplateOwnership,
 		r.reconcilePrerequisites,
 		r.reconcileKubeconfig,
 		r.reconcileInitialized,
 		r.syncMachines,
 		r.reconcilePreTerminateHooks,
+		r.reconcileEtcdMembers,
+		r.reconcileControlPlaneTaints,
 		r.reconcileRemediation,
 		r.reconcileReplicas,
 	}
@@ -223,6 +272,13 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		if s.halted {
 			break
 		}
+	}
+	if s.machines.Len() > 0 {
+		res = util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: r.HealthInterval})
+	}
+	if s.etcd != nil && len(s.etcd.joining) > 0 {
+		// A member is joining and etcd has no quorum until it runs: look again soon.
+		res = util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: joiningRequeue})
 	}
 	return res, nil
 }

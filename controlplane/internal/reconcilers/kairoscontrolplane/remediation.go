@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -12,6 +14,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/collections"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/patch"
@@ -38,102 +41,185 @@ func parseRemediationData(s string) (*remediationData, error) {
 }
 
 // reconcileRemediation replaces a Machine a MachineHealthCheck marked unhealthy (condition
-// OwnerRemediated false): one at a time, within the retry limits, and never when removing its
-// etcd member would lose quorum. The replacement is created by the scale-up that follows.
+// OwnerRemediated false), with KubeadmControlPlane's rules: one remediation at a time, nothing
+// while another Machine is provisioning or deleting, within the retry limits, and only when
+// etcd keeps quorum without the Machine's member. The replacement is created by the scale-up
+// that follows, with the relaxed preflight of remediationScaleUpProblems, so that several
+// unhealthy Machines are replaced one after the other.
 func (r *Reconciler) reconcileRemediation(ctx context.Context, s *scope) (ctrl.Result, error) {
-	unhealthy := s.machines.Filter(collections.IsUnhealthyAndOwnerRemediated, collections.Not(collections.HasDeletionTimestamp))
+	if err := r.clearStaleOwnerRemediated(ctx, s); err != nil {
+		return ctrl.Result{}, err
+	}
 	if raw, ok := s.kcp.Annotations[controlplanev1.RemediationInProgressAnnotation]; ok {
-		// The remediation is over once its Machine is gone and no replacement is needed (for
-		// example because the control plane is being scaled down at the same time); otherwise
-		// the scale-up that creates the replacement ends it.
 		data, err := parseRemediationData(raw)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
-		gone := s.machines.Filter(func(m *clusterv1.Machine) bool { return m.Name == data.Machine }).Len() == 0
-		if !gone || s.activeMachines().Len() < s.desiredReplicas() {
-			s.remediationReason = controlplanev1.RemediatingReason
-			s.remediationMessages = append(s.remediationMessages, fmt.Sprintf("waiting for the replacement of the remediated Machine %s", data.Machine))
+		// A Machine created after the remediation started is its replacement: the annotation
+		// outlived a crash between the create and the control plane's patch.
+		stale := slices.ContainsFunc(s.machines.UnsortedList(), func(m *clusterv1.Machine) bool {
+			return m.CreationTimestamp.After(data.Timestamp.Time)
+		})
+		gone := !slices.ContainsFunc(s.machines.UnsortedList(), func(m *clusterv1.Machine) bool { return m.Name == data.Machine })
+		switch {
+		case stale, gone && s.activeMachines().Len() >= s.desiredReplicas():
+			// The replacement exists, or none is needed (the control plane was scaled down).
+			delete(s.kcp.Annotations, controlplanev1.RemediationInProgressAnnotation)
+		default:
+			s.remediation(controlplanev1.RemediatingReason, "waiting for the replacement of the remediated Machine %s", data.Machine)
 			return ctrl.Result{}, nil
 		}
-		delete(s.kcp.Annotations, controlplanev1.RemediationInProgressAnnotation)
 	}
+
+	unhealthy := s.machines.Filter(collections.IsUnhealthyAndOwnerRemediated, collections.Not(collections.HasDeletionTimestamp))
 	if unhealthy.Len() == 0 {
 		return ctrl.Result{}, nil
 	}
-	m := unhealthy.Oldest()
+	m := s.pickMachineToRemediate(unhealthy)
 	log := ctrl.LoggerFrom(ctx).WithValues("Machine", klog.KObj(m))
 
-	retry := int32(0)
-	if raw, ok := m.Annotations[controlplanev1.RemediationForAnnotation]; ok {
-		prev, err := parseRemediationData(raw)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		minHealthy := defaultMinHealthyPeriod
-		if v := s.kcp.Spec.Remediation.MinHealthyPeriodSeconds; v != nil {
-			minHealthy = time.Duration(*v) * time.Second
-		}
-		if m.CreationTimestamp.Add(minHealthy).After(s.reconcileTime) {
-			retry = prev.RetryCount + 1
-		}
-		if maxRetry := s.kcp.Spec.Remediation.MaxRetry; maxRetry != nil && retry > *maxRetry {
-			msg := fmt.Sprintf("Machine %s replaces %s and failed too: %d remediation retries exceed spec.remediation.maxRetry %d; fix the cause and delete the Machine by hand",
-				m.Name, prev.Machine, retry, *maxRetry)
-			return ctrl.Result{}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationLimitReachedReason, msg)
-		}
-		if period := time.Duration(ptr.Deref(s.kcp.Spec.Remediation.RetryPeriodSeconds, 0)) * time.Second; period > 0 {
-			if next := prev.Timestamp.Add(period); next.After(s.reconcileTime) {
-				s.remediationReason = controlplanev1.RemediationDeferredReason
-				s.remediationMessages = append(s.remediationMessages, fmt.Sprintf("remediation of Machine %s deferred until %s (spec.remediation.retryPeriodSeconds)", m.Name, next.UTC().Format(time.RFC3339)))
-				return ctrl.Result{RequeueAfter: next.Sub(s.reconcileTime)}, nil
-			}
-		}
+	data, ok, err := r.checkRetryLimits(ctx, s, m)
+	if err != nil || !ok {
+		return ctrl.Result{RequeueAfter: s.remediationRequeue}, err
 	}
 
-	active := s.activeMachines()
-	if active.Len() == 1 && s.initialized() {
-		return ctrl.Result{}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationBlockedQuorumReason,
-			fmt.Sprintf("Machine %s is the only control-plane Machine: replacing it would lose etcd and the cluster; restore the machine or scale the control plane to 3 first", m.Name))
-	}
-	if active.Len() > 1 {
-		members, err := r.etcdMemberships(ctx, s)
-		if err != nil {
-			s.remediationReason = controlplanev1.RemediationDeferredReason
-			s.remediationMessages = append(s.remediationMessages, fmt.Sprintf("cannot read etcd members to check quorum: %v", err))
-			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
-		}
-		if !quorumAfterRemoval(members, m) {
+	if s.initialized() {
+		if s.machines.Len() <= 1 {
 			return ctrl.Result{}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationBlockedQuorumReason,
-				fmt.Sprintf("removing Machine %s would lose etcd quorum (%d of %d members healthy)", m.Name, members.healthy(), len(members)))
+				fmt.Sprintf("Machine %s is the only control-plane Machine: replacing it would lose etcd and the cluster; restore the machine or scale the control plane to 3 first", m.Name))
+		}
+		if provisioning := s.activeMachines().Filter(collections.Not(collections.HasNode()), func(o *clusterv1.Machine) bool { return o.Name != m.Name }); provisioning.Len() > 0 {
+			return ctrl.Result{RequeueAfter: requeueWhileBusy}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationDeferredReason,
+				fmt.Sprintf("waiting for Machine(s) %s to finish provisioning before remediating Machine %s", machineNames(provisioning), m.Name))
+		}
+		if deleting := s.deletingMachines(); deleting.Len() > 0 {
+			return ctrl.Result{RequeueAfter: requeueWhileBusy}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationDeferredReason,
+				fmt.Sprintf("waiting for Machine(s) %s to be deleted before remediating Machine %s", machineNames(deleting), m.Name))
+		}
+		if !s.etcd.known() {
+			return ctrl.Result{RequeueAfter: requeueWhileBusy}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationDeferredReason,
+				fmt.Sprintf("cannot check etcd quorum before remediating Machine %s: %v", m.Name, s.etcd.err))
+		}
+		if ok, why := s.targetQuorum(s.etcd.memberOf(m), false); !ok {
+			return ctrl.Result{RequeueAfter: requeueWhileBusy}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationBlockedQuorumReason,
+				fmt.Sprintf("removing Machine %s would lose etcd quorum: %s", m.Name, why))
 		}
 	}
 
-	data := remediationData{Machine: m.Name, Timestamp: metav1.NewTime(s.reconcileTime), RetryCount: retry}
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	if err := r.Client.Delete(ctx, m); err != nil {
+	if err := r.deleteMachine(ctx, s, m); err != nil {
 		return ctrl.Result{}, fmt.Errorf("deleting unhealthy Machine %s: %w", m.Name, err)
 	}
-	if s.kcp.Annotations == nil {
-		s.kcp.Annotations = map[string]string{}
+	if err := r.setOwnerRemediated(ctx, m, controlplanev1.RemediatingReason, "Machine is deleting"); err != nil {
+		return ctrl.Result{}, err
 	}
-	s.kcp.Annotations[controlplanev1.RemediationInProgressAnnotation] = string(raw)
-	s.kcp.Status.LastRemediation = controlplanev1.LastRemediationStatus{Machine: m.Name, Time: data.Timestamp, RetryCount: retry}
-	log.Info("Remediating unhealthy control-plane Machine", "retryCount", retry)
-	s.remediationReason = controlplanev1.RemediatingReason
-	s.remediationMessages = append(s.remediationMessages, fmt.Sprintf("deleting unhealthy Machine %s", m.Name))
+	annotations.AddAnnotations(s.kcp, map[string]string{controlplanev1.RemediationInProgressAnnotation: string(raw)})
+	s.kcp.Status.LastRemediation = controlplanev1.LastRemediationStatus{Machine: m.Name, Time: data.Timestamp, RetryCount: data.RetryCount}
+	log.Info("Remediating unhealthy control-plane Machine", "retryCount", data.RetryCount)
+	s.remediation(controlplanev1.RemediatingReason, "deleting unhealthy Machine %s", m.Name)
 	s.halt("remediating Machine %s", m.Name)
 	return ctrl.Result{}, nil
+}
+
+// pickMachineToRemediate picks the most broken Machine first, as KubeadmControlPlane does: one a
+// user asked to remediate, then one without a Node, then one whose etcd member is unhealthy,
+// then the oldest. Replacing the worst first gives the replacement the best chance to join.
+func (s *scope) pickMachineToRemediate(unhealthy collections.Machines) *clusterv1.Machine {
+	ms := unhealthy.UnsortedList()
+	rank := func(m *clusterv1.Machine) int {
+		switch {
+		case annotations.HasRemediateMachine(m):
+			return 0
+		case !m.Status.NodeRef.IsDefined():
+			return 1
+		case etcdMemberCondition(s, m).Status != metav1.ConditionTrue:
+			return 2
+		}
+		return 3
+	}
+	slices.SortFunc(ms, func(a, b *clusterv1.Machine) int {
+		if d := rank(a) - rank(b); d != 0 {
+			return d
+		}
+		if !a.CreationTimestamp.Equal(&b.CreationTimestamp) {
+			if a.CreationTimestamp.Before(&b.CreationTimestamp) {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	return ms[0]
+}
+
+// checkRetryLimits decides whether a Machine may be remediated now and with which retry count.
+// A Machine that replaces another and fails within minHealthyPeriod is a retry of the same
+// remediation: retries are spaced by retryPeriodSeconds and capped by maxRetry.
+func (r *Reconciler) checkRetryLimits(ctx context.Context, s *scope, m *clusterv1.Machine) (remediationData, bool, error) {
+	data := remediationData{Machine: m.Name, Timestamp: metav1.NewTime(s.reconcileTime)}
+	raw, ok := m.Annotations[controlplanev1.RemediationForAnnotation]
+	if !ok {
+		return data, true, nil
+	}
+	prev, err := parseRemediationData(raw)
+	if err != nil {
+		return data, false, err
+	}
+	minHealthy := defaultMinHealthyPeriod
+	if v := s.kcp.Spec.Remediation.MinHealthyPeriodSeconds; v != nil {
+		minHealthy = time.Duration(*v) * time.Second
+	}
+	if !prev.Timestamp.Add(minHealthy).After(s.reconcileTime) {
+		return data, true, nil // healthy long enough: a new remediation sequence
+	}
+	data.RetryCount = prev.RetryCount
+	if period := time.Duration(ptr.Deref(s.kcp.Spec.Remediation.RetryPeriodSeconds, 0)) * time.Second; period > 0 {
+		if next := prev.Timestamp.Add(period); next.After(s.reconcileTime) {
+			s.remediationRequeue = next.Sub(s.reconcileTime)
+			return data, false, r.blockRemediation(ctx, s, m, controlplanev1.RemediationDeferredReason,
+				fmt.Sprintf("remediation of Machine %s deferred until %s (spec.remediation.retryPeriodSeconds)", m.Name, next.UTC().Format(time.RFC3339)))
+		}
+	}
+	if maxRetry := s.kcp.Spec.Remediation.MaxRetry; maxRetry != nil && data.RetryCount >= *maxRetry {
+		return data, false, r.blockRemediation(ctx, s, m, controlplanev1.RemediationLimitReachedReason,
+			fmt.Sprintf("Machine %s replaces %s and failed too: %d remediation retries reached spec.remediation.maxRetry %d; fix the cause and delete the Machine by hand",
+				m.Name, prev.Machine, data.RetryCount, *maxRetry))
+	}
+	data.RetryCount++
+	return data, true, nil
+}
+
+// clearStaleOwnerRemediated removes the OwnerRemediated condition from Machines whose
+// MachineHealthCheck says they are healthy again, so that a remediation that could not happen
+// does not linger.
+func (r *Reconciler) clearStaleOwnerRemediated(ctx context.Context, s *scope) error {
+	for _, m := range s.machines {
+		if !m.DeletionTimestamp.IsZero() || !conditions.IsTrue(m, clusterv1.MachineHealthCheckSucceededCondition) || !conditions.IsFalse(m, clusterv1.MachineOwnerRemediatedCondition) {
+			continue
+		}
+		helper, err := patch.NewHelper(m, r.Client)
+		if err != nil {
+			return err
+		}
+		conditions.Delete(m, clusterv1.MachineOwnerRemediatedCondition)
+		if err := helper.Patch(ctx, m, patch.WithOwnedConditions{Conditions: []string{clusterv1.MachineOwnerRemediatedCondition}}); err != nil {
+			return fmt.Errorf("clearing the OwnerRemediated condition of Machine %s: %w", m.Name, err)
+		}
+	}
+	return nil
 }
 
 // blockRemediation records why a Machine is not remediated, on the control plane and on the
 // Machine's OwnerRemediated condition where users look first.
 func (r *Reconciler) blockRemediation(ctx context.Context, s *scope, m *clusterv1.Machine, reason, msg string) error {
-	s.remediationReason = reason
-	s.remediationMessages = append(s.remediationMessages, msg)
+	s.remediation(reason, "%s", msg)
+	return r.setOwnerRemediated(ctx, m, reason, msg)
+}
+
+func (r *Reconciler) setOwnerRemediated(ctx context.Context, m *clusterv1.Machine, reason, msg string) error {
 	helper, err := patch.NewHelper(m, r.Client)
 	if err != nil {
 		return err

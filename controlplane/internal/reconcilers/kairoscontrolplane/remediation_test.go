@@ -2,13 +2,13 @@ package kairoscontrolplane
 
 import (
 	"encoding/json"
-	"errors"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -80,9 +80,46 @@ func TestReconcileRemediation(t *testing.T) {
 			setup: func(f *fixture) {
 				f.machine("m1", 3*time.Hour)
 				f.machine("m3", time.Hour, unhealthy())
-				f.kcp.Annotations = map[string]string{controlplanev1.RemediationInProgressAnnotation: `{"machine":"m2","timestamp":"2025-01-01T00:00:00Z","retryCount":0}`}
+				f.kcp.Annotations = map[string]string{controlplanev1.RemediationInProgressAnnotation: `{"machine":"m2","timestamp":"` + f.now.UTC().Format(time.RFC3339) + `","retryCount":0}`}
 			},
 			wantReason: controlplanev1.RemediatingReason, wantMessage: "waiting for the replacement of the remediated Machine"},
+		{name: "a stale in-progress record (its replacement exists) is cleared",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m3", 2*time.Hour)
+				f.machine("m4", time.Minute)
+				f.kcp.Annotations = map[string]string{controlplanev1.RemediationInProgressAnnotation: `{"machine":"m2","timestamp":"` + f.now.Add(-time.Hour).UTC().Format(time.RFC3339) + `","retryCount":0}`}
+			}},
+		{name: "another Machine still provisioning: deferred",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, unhealthy())
+				f.machine("m3", time.Hour)
+				f.machine("m4", time.Minute, withoutNode())
+				f.replicas(5)
+			},
+			wantReason: controlplanev1.RemediationDeferredReason, wantBlocked: controlplanev1.RemediationDeferredReason,
+			wantMessage: "waiting for Machine(s) m4 to finish provisioning before remediating Machine m2", wantRequeue: requeueWhileBusy},
+		{name: "another Machine deleting: deferred",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, unhealthy())
+				f.machine("m3", time.Hour)
+				f.machine("m4", time.Hour, deleting(time.Minute, ""))
+			},
+			wantReason: controlplanev1.RemediationDeferredReason, wantBlocked: controlplanev1.RemediationDeferredReason,
+			wantMessage: "waiting for Machine(s) m4 to be deleted before remediating Machine m2", wantRequeue: requeueWhileBusy},
+		{name: "the most broken first: a dead etcd member before an older Machine",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour, unhealthy())
+				f.machine("m2", 2*time.Hour, unhealthy())
+				f.machine("m3", time.Hour)
+				f.machine("m4", time.Hour)
+				f.machine("m5", time.Hour)
+				f.replicas(5)
+				f.member("m2").state = memberDown
+			},
+			wantDeleted: "m2", wantReason: controlplanev1.RemediatingReason},
 		{name: "replacement failed within minHealthyPeriod: retry counted",
 			setup: func(f *fixture) {
 				f.machine("m1", 3*time.Hour)
@@ -98,7 +135,7 @@ func TestReconcileRemediation(t *testing.T) {
 				f.machine("m4", 10*time.Minute, unhealthy(), remediationFor(t, "m3", f.now.Add(-10*time.Minute), 1))
 			},
 			wantReason: controlplanev1.RemediationLimitReachedReason, wantBlocked: controlplanev1.RemediationLimitReachedReason,
-			wantMessage: "Machine m4 replaces m3 and failed too: 2 remediation retries exceed spec.remediation.maxRetry 1"},
+			wantMessage: "Machine m4 replaces m3 and failed too: 1 remediation retries reached spec.remediation.maxRetry 1"},
 		{name: "maxRetry 0: the first remediation is allowed",
 			setup: func(f *fixture) {
 				f.kcp.Spec.Remediation.MaxRetry = ptr.To[int32](0)
@@ -130,7 +167,7 @@ func TestReconcileRemediation(t *testing.T) {
 				f.machine("m2", 2*time.Hour)
 				f.machine("m4", 2*time.Minute, unhealthy(), remediationFor(t, "m3", f.now.Add(-2*time.Minute), 0))
 			},
-			wantReason: controlplanev1.RemediationDeferredReason, wantMessage: "remediation of Machine m4 deferred until",
+			wantReason: controlplanev1.RemediationDeferredReason, wantBlocked: controlplanev1.RemediationDeferredReason, wantMessage: "remediation of Machine m4 deferred until",
 			wantRequeue: 8 * time.Minute},
 		{name: "retryPeriod elapsed",
 			setup: func(f *fixture) {
@@ -184,16 +221,16 @@ func TestReconcileRemediation(t *testing.T) {
 				f.machine("m1", 3*time.Hour)
 				f.machine("m2", 2*time.Hour, unhealthy())
 				f.machine("m3", time.Hour)
-				f.members["m3"] = memberNotJoined
+				f.member("m3").state = memberDown
 			},
 			wantReason: controlplanev1.RemediationBlockedQuorumReason, wantBlocked: controlplanev1.RemediationBlockedQuorumReason,
-			wantMessage: "removing Machine m2 would lose etcd quorum (2 of 3 members healthy)"},
+			wantMessage: "removing Machine m2 would lose etcd quorum: 1 of 2 voting members would be healthy, 2 needed (unhealthy: m3)", wantRequeue: requeueWhileBusy},
 		{name: "the unhealthy Machine's member is the one down: quorum kept",
 			setup: func(f *fixture) {
 				f.machine("m1", 3*time.Hour)
 				f.machine("m2", 2*time.Hour, unhealthy())
 				f.machine("m3", time.Hour)
-				f.members["m2"] = memberNotJoined
+				f.member("m2").state = memberDown
 			},
 			wantDeleted: "m2", wantReason: controlplanev1.RemediatingReason},
 		{name: "two Machines, both members joined",
@@ -203,15 +240,16 @@ func TestReconcileRemediation(t *testing.T) {
 				f.machine("m2", 2*time.Hour, unhealthy())
 			},
 			wantDeleted: "m2", wantReason: controlplanev1.RemediatingReason},
-		{name: "workload cluster unreachable: deferred",
+		{name: "etcd unreadable: deferred",
 			setup: func(f *fixture) {
 				f.machine("m1", 3*time.Hour)
 				f.machine("m2", 2*time.Hour, unhealthy())
 				f.machine("m3", time.Hour)
-				f.workloadErr = errors.New("connection refused")
+				f.member("m1").state = memberDown
+				f.member("m3").state = memberDown
 			},
-			wantReason: controlplanev1.RemediationDeferredReason, wantMessage: "cannot read etcd members to check quorum: connection refused",
-			wantRequeue: requeueWhileBusy},
+			wantReason: controlplanev1.RemediationDeferredReason, wantBlocked: controlplanev1.RemediationDeferredReason,
+			wantMessage: "cannot check etcd quorum before remediating Machine m2", wantRequeue: requeueWhileBusy},
 		{name: "unreadable remediation annotation",
 			setup: func(f *fixture) {
 				f.machine("m1", 3*time.Hour)
@@ -278,7 +316,13 @@ func TestReconcileRemediation(t *testing.T) {
 
 			for _, orig := range f.machines {
 				c := conditions.Get(e.getMachine(orig.Name), clusterv1.MachineOwnerRemediatedCondition)
-				if tc.wantBlocked != "" && conditions.IsFalse(orig, clusterv1.MachineHealthCheckSucceededCondition) {
+				if orig.Name == tc.wantDeleted {
+					if c == nil || c.Reason != controlplanev1.RemediatingReason || c.Message != "Machine is deleting" {
+						t.Errorf("%s OwnerRemediated = %+v, want False/Remediating: Machine is deleting", orig.Name, c)
+					}
+					continue
+				}
+				if tc.wantBlocked != "" && orig.Name == firstUnhealthy(f) {
 					if c == nil || c.Status != metav1.ConditionFalse || c.Reason != tc.wantBlocked || c.Message == "" {
 						t.Errorf("%s OwnerRemediated = %+v, want False/%s with a message", orig.Name, c, tc.wantBlocked)
 					}
@@ -342,14 +386,13 @@ func TestRemediationReplacement(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = run()
-	if !strings.Contains(s.waitMessage, "waiting for the etcd member of Machine m2 to leave") {
+	if !strings.Contains(s.waitMessage, "waiting for the etcd member m2 of Machine m2 to leave") {
 		t.Fatalf("third pass: %q", s.waitMessage)
 	}
-	member := e.getK0sMember("m2")
-	member.Object["status"] = map[string]any{"conditions": []any{map[string]any{"type": "Joined", "status": "False"}}}
-	if err := e.wc.Update(ctx, member); err != nil {
-		t.Fatal(err)
+	if leave, _, _ := unstructured.NestedBool(e.getK0sMember("m2").Object, "spec", "leave"); !leave {
+		t.Fatal("m2's EtcdMember was not asked to leave")
 	}
+	f.etcd.removeByName("m2") // k0s honours the leave
 	run()
 	m2 = e.getMachine("m2")
 	if hasHook(m2) {
@@ -389,6 +432,17 @@ func TestRemediationReplacement(t *testing.T) {
 	}
 }
 
+// firstUnhealthy names the Machine a blocked remediation is about: the most broken one, which
+// the test cases make the first unhealthy Machine they add unless a member is down.
+func firstUnhealthy(f *fixture) string {
+	for _, m := range f.machines {
+		if conditions.IsFalse(m, clusterv1.MachineHealthCheckSucceededCondition) {
+			return m.Name
+		}
+	}
+	return ""
+}
+
 func TestParseRemediationData(t *testing.T) {
 	d, err := parseRemediationData(`{"machine":"m1","timestamp":"2025-03-04T05:06:07Z","retryCount":2}`)
 	if err != nil || d.Machine != "m1" || d.RetryCount != 2 || d.Timestamp.UTC().Format(time.RFC3339) != "2025-03-04T05:06:07Z" {
@@ -397,4 +451,59 @@ func TestParseRemediationData(t *testing.T) {
 	if _, err := parseRemediationData(""); err == nil {
 		t.Error("empty data parsed")
 	}
+}
+
+// Two Machines of three fail their health check (their kubelets stop, their etcd members keep
+// working). The control plane replaces them one after the other without help: the first
+// remediation's replacement joins under the relaxed preflight, then the second is remediated.
+// Before, the in-progress record blocked the second remediation and the strict preflight
+// blocked the replacement: stuck at two Machines.
+func TestTwoUnhealthyMachinesRecover(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.kcp.Finalizers = []string{Finalizer}
+	f.machine("m1", 3*time.Hour)
+	f.machine("m2", 2*time.Hour, unhealthy(), notReady())
+	f.machine("m3", time.Hour, unhealthy(), notReady())
+	e := f.build()
+	most := 0
+	for pass := 0; pass < 40; pass++ {
+		s := e.scope(ctx)
+		if _, err := e.r.reconcileNormal(ctx, s); err != nil {
+			t.Fatalf("pass %d: %v", pass, err)
+		}
+		most = max(most, len(e.listMachines()))
+		if up := upVoters(f.etcd); up < 2 {
+			t.Fatalf("pass %d: only %d etcd members up: quorum lost", pass, up)
+		}
+		e.world(ctx)
+		healthy := 0
+		for _, m := range e.listMachines() {
+			if m.DeletionTimestamp.IsZero() && !conditions.IsFalse(&m, clusterv1.MachineHealthCheckSucceededCondition) {
+				healthy++
+			}
+		}
+		if healthy == 3 && len(e.listMachines()) == 3 {
+			if names := f.etcd.names(); len(names) != 3 {
+				t.Fatalf("3 healthy Machines but etcd members %v", names)
+			}
+			if most > 4 {
+				t.Errorf("up to %d Machines at once, want at most 4 (maxSurge 1)", most)
+			}
+			return
+		}
+	}
+	t.Fatalf("not recovered after 40 passes: Machines %v, etcd %v, KCP annotations %v", e.listMachineNames(), f.etcd.names(), e.getKCP().Annotations)
+}
+
+func upVoters(f *fakeEtcd) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, m := range f.members {
+		if !m.learner && m.state == memberUp {
+			n++
+		}
+	}
+	return n
 }

@@ -3,7 +3,6 @@ package kairoscontrolplane
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 
 	"k8s.io/klog/v2"
@@ -11,7 +10,6 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/collections"
-	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/failuredomains"
 
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
@@ -64,19 +62,25 @@ func maxSurge(s *scope) int {
 	return controlplanev1.DefaultMaxSurge
 }
 
-// scaleUp adds one Machine in the control-plane failure domain with the fewest up-to-date ones.
+// scaleUp adds one Machine in the control-plane failure domain with the fewest up-to-date ones,
+// after the preflight checks (relaxed for the replacement of a remediated Machine). Only the very
+// first Machine of a control plane needs no checks.
 func (r *Reconciler) scaleUp(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if s.baseConfig == nil {
 		// No watch covers the KairosConfigTemplate: look again later.
 		s.halt("%s", s.configTemplateErr)
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
-	active := s.activeMachines()
-	if active.Len() > 0 {
-		if ok, err := r.preflight(ctx, s, nil); err != nil || !ok {
-			return ctrl.Result{RequeueAfter: requeueWhileBusy}, err
+	if s.machines.Len() > 0 {
+		problems := s.preflightProblems(nil)
+		if _, ok := s.kcp.Annotations[controlplanev1.RemediationInProgressAnnotation]; ok && len(problems) > 0 {
+			problems = s.remediationScaleUpProblems()
+		}
+		if r.preflightFailed(ctx, s, problems) {
+			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 		}
 	}
+	active := s.activeMachines()
 	outdated, _ := s.outdatedMachines()
 	fd := failuredomains.PickFewest(ctx, s.controlPlaneFailureDomains(), active, active.Difference(outdated))
 
@@ -93,56 +97,77 @@ func (r *Reconciler) scaleUp(ctx context.Context, s *scope) (ctrl.Result, error)
 	return ctrl.Result{}, nil
 }
 
-// scaleDown deletes one Machine: an outdated one when there are (candidates), from the failure
-// domain with the most Machines, oldest first.
-func (r *Reconciler) scaleDown(ctx context.Context, s *scope, candidates collections.Machines) (ctrl.Result, error) {
-	active := s.activeMachines()
-	if candidates.Len() == 0 {
-		candidates = active
-	}
-	fd := failuredomains.PickMost(ctx, s.controlPlaneFailureDomains(), active, candidates)
-	victim := candidates.Filter(collections.InFailureDomains(fd)).Oldest()
+// scaleDown deletes one Machine, picked as KubeadmControlPlane picks it, and then some: first the
+// outdated ones a user marked with the delete-machine annotation, then any marked one, then
+// outdated ones whose etcd member or node is unhealthy, then outdated ones, then (for a plain
+// scale-down) unhealthy ones, then any; among those, one in the failure domain with the most
+// Machines, oldest first. The Machine is left out of its own preflight checks, so a broken one
+// can always be the one to go.
+func (r *Reconciler) scaleDown(ctx context.Context, s *scope, outdated collections.Machines) (ctrl.Result, error) {
+	victim := s.pickMachineToDelete(ctx, outdated)
 	if victim == nil {
-		victim = candidates.Oldest()
+		return ctrl.Result{}, fmt.Errorf("no control-plane Machine to delete")
 	}
-	if ok, err := r.preflight(ctx, s, victim); err != nil || !ok {
-		return ctrl.Result{RequeueAfter: requeueWhileBusy}, err
+	if r.preflightFailed(ctx, s, s.preflightProblems(victim)) {
+		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
-	if err := r.Client.Delete(ctx, victim); err != nil {
-		return ctrl.Result{}, fmt.Errorf("deleting Machine %s: %w", victim.Name, err)
+	if err := r.deleteMachine(ctx, s, victim); err != nil {
+		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Deleting control-plane Machine", "Machine", klog.KObj(victim))
 	s.halt("deleting Machine %s", victim.Name)
 	return ctrl.Result{}, nil
 }
 
-// preflight allows a scale step only when the control plane is settled: every Machine ready,
-// every node an etcd member, and, when removing, quorum kept without the Machine's member.
-// Failures are recorded for the ScalingUp, ScalingDown and RollingOut conditions.
-func (r *Reconciler) preflight(ctx context.Context, s *scope, removing *clusterv1.Machine) (bool, error) {
-	var msgs []string
-	for _, m := range s.activeMachines().SortedByCreationTimestamp() {
-		if !conditions.IsTrue(m, clusterv1.MachineReadyCondition) {
-			msgs = append(msgs, fmt.Sprintf("Machine %s is not ready", m.Name))
+func (s *scope) pickMachineToDelete(ctx context.Context, outdated collections.Machines) *clusterv1.Machine {
+	active := s.activeMachines()
+	sortedOutdated := outdated.SortedByCreationTimestamp()
+	var eligible []*clusterv1.Machine
+	sortedActive := active.SortedByCreationTimestamp()
+	for _, candidates := range [][]*clusterv1.Machine{
+		machinesWithDeleteAnnotation(sortedOutdated),
+		machinesWithDeleteAnnotation(sortedActive),
+		s.unhealthyMachines(sortedOutdated),
+		sortedOutdated,
+		s.unhealthyMachines(sortedActive),
+		sortedActive,
+	} {
+		if len(candidates) > 0 {
+			eligible = candidates
+			break
 		}
 	}
-	members, err := r.etcdMemberships(ctx, s)
-	if err != nil {
-		msgs = append(msgs, fmt.Sprintf("cannot read etcd members: %v", err))
-	} else {
-		if missing := machinesWithoutMember(s.activeMachines(), members); missing.Len() > 0 {
-			msgs = append(msgs, fmt.Sprintf("etcd has no joined member for Machine(s) %s", machineNames(missing)))
-		}
-		if removing != nil && !quorumAfterRemoval(members, removing) {
-			msgs = append(msgs, fmt.Sprintf("removing Machine %s would lose etcd quorum", removing.Name))
+	if len(eligible) == 0 {
+		return nil
+	}
+	pool := collections.FromMachines(eligible...)
+	fd := failuredomains.PickMost(ctx, s.controlPlaneFailureDomains(), active, pool)
+	if victim := pool.Filter(collections.InFailureDomains(fd)).Oldest(); victim != nil {
+		return victim
+	}
+	return pool.Oldest()
+}
+
+// unhealthyMachines are the Machines whose node is not ready or whose etcd member is not
+// healthy: replacing them first restores health soonest.
+func (s *scope) unhealthyMachines(ms []*clusterv1.Machine) []*clusterv1.Machine {
+	var out []*clusterv1.Machine
+	for _, m := range ms {
+		if etcdMemberCondition(s, m).Status != "True" || !machineReady(m) {
+			out = append(out, m)
 		}
 	}
-	if len(msgs) > 0 {
-		slices.Sort(msgs)
-		s.preflightMessages = msgs
-		s.halt("preflight checks failed: %s", strings.Join(msgs, "; "))
-		ctrl.LoggerFrom(ctx).Info("Waiting for the control plane to settle", "reasons", strings.Join(msgs, "; "))
-		return false, nil
+	return out
+}
+
+// preflightFailed records failed preflight checks for the ScalingUp, ScalingDown and
+// RollingOut conditions and halts; it reports whether there were any.
+func (r *Reconciler) preflightFailed(ctx context.Context, s *scope, problems []string) bool {
+	if len(problems) == 0 {
+		return false
 	}
-	return true, nil
+	s.preflightMessages = problems
+	s.halt("preflight checks failed: %s", strings.Join(problems, "; "))
+	ctrl.LoggerFrom(ctx).Info("Waiting for the control plane to pass preflight checks", "failures", strings.Join(problems, "; "))
+	return true
 }

@@ -1,7 +1,6 @@
 package kairoscontrolplane
 
 import (
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -33,9 +32,7 @@ func TestReconcileReplicas(t *testing.T) {
 			setup:       func(f *fixture) { f.notInitialized() },
 			wantCreated: 1, wantHalted: true, wantWait: "created a control-plane Machine"},
 		{name: "no Machines and initialized (all were lost): creates one without preflight",
-			setup: func(f *fixture) {
-				f.workloadErr = errors.New("unreachable")
-			},
+			setup:       func(f *fixture) {},
 			wantCreated: 1, wantHalted: true},
 		{name: "first Machine not initialized yet: waits",
 			setup: func(f *fixture) {
@@ -60,13 +57,13 @@ func TestReconcileReplicas(t *testing.T) {
 				f.replicas(1)
 			},
 			wantDeleted: []string{"m2"}, wantHalted: true, wantWait: "deleting Machine m2"},
-		{name: "deleting Machines do not count: 2 active of 3 scales up",
+		{name: "2 active of 3 with one deleting: waits for the deletion first",
 			setup: func(f *fixture) {
 				f.machine("m1", 3*time.Hour)
 				f.machine("m2", 2*time.Hour)
 				f.machine("m3", time.Hour, deleting(time.Minute, ""))
 			},
-			wantCreated: 1, wantHalted: true},
+			wantHalted: true, wantRequeue: requeueWhileBusy, wantPreflight: []string{"Machine(s) m3 are being deleted"}},
 		{name: "outdated, maxSurge 1, at replicas: scales up first",
 			setup: func(f *fixture) {
 				f.machine("m1", 3*time.Hour)
@@ -123,28 +120,37 @@ func TestReconcileReplicas(t *testing.T) {
 			},
 			wantHalted: true, wantRequeue: requeueWhileBusy, wantPreflight: []string{"Machine m2 is not ready"},
 			wantWait: "preflight checks failed: Machine m2 is not ready"},
-		{name: "preflight: a Machine's etcd member has not joined",
+		{name: "preflight: a Machine's node is no etcd member",
 			setup: func(f *fixture) {
 				f.machine("m1", 2*time.Hour)
 				f.machine("m2", time.Hour)
-				f.members["m2"] = memberNotJoined
+				f.etcd.removeByName("m2")
 			},
-			wantHalted: true, wantRequeue: requeueWhileBusy, wantPreflight: []string{"etcd has no joined member for Machine(s) m2"}},
-		{name: "preflight: a Machine's node has no etcd member at all",
+			wantHalted: true, wantRequeue: requeueWhileBusy, wantPreflight: []string{"Machine m2: etcd's members are m1; none is hosted on this Machine (Node m2)"}},
+		{name: "preflight: a dead etcd behind a Ready kubelet and a Joined EtcdMember",
 			setup: func(f *fixture) {
-				f.machine("m1", 2*time.Hour)
-				f.machine("m2", time.Hour)
-				delete(f.members, "m2")
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour)
+				f.machine("m3", time.Hour)
+				f.replicas(5)
+				f.member("m2").state = memberDown
 			},
-			wantHalted: true, wantRequeue: requeueWhileBusy, wantPreflight: []string{"etcd has no joined member for Machine(s) m2"}},
+			wantHalted: true, wantRequeue: requeueWhileBusy, wantPreflight: []string{"Machine m2: etcd member m2 does not answer at 10.0.0.11:2379"}},
 		{name: "preflight: k3s member removed",
 			setup: func(f *fixture) {
 				f.k3s()
 				f.machine("m1", 2*time.Hour)
 				f.machine("m2", time.Hour)
-				f.members["m2"] = memberLeft
+				f.etcd.removeByName(f.memberName("m2"))
 			},
-			wantHalted: true, wantRequeue: requeueWhileBusy, wantPreflight: []string{"etcd has no joined member for Machine(s) m2"}},
+			wantHalted: true, wantRequeue: requeueWhileBusy, wantPreflight: []string{"Machine m2: etcd's members are m1-1a2b3c4d; none is hosted on this Machine (Node m2)"}},
+		{name: "preflight: an etcd member that belongs to no Machine",
+			setup: func(f *fixture) {
+				f.machine("m1", 2*time.Hour)
+				f.machine("m2", time.Hour)
+				f.etcd.add("stray", "10.0.9.9")
+			},
+			wantHalted: true, wantRequeue: requeueWhileBusy, wantPreflight: []string{"etcd member stray (peer 10.0.9.9) belongs to no control-plane Machine"}},
 		{name: "preflight: k3s all members joined: scales up",
 			setup: func(f *fixture) {
 				f.k3s()
@@ -152,31 +158,61 @@ func TestReconcileReplicas(t *testing.T) {
 				f.machine("m2", time.Hour)
 			},
 			wantCreated: 1, wantHalted: true},
-		{name: "preflight: workload cluster unreachable",
+		{name: "preflight: etcd unreadable (fails closed)",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour)
-				f.workloadErr = errors.New("connection refused")
+				f.member("m1").state = memberPartitioned
 			},
-			wantHalted: true, wantRequeue: requeueWhileBusy, wantPreflight: []string{"cannot read etcd members: connection refused"}},
+			wantHalted: true, wantRequeue: requeueWhileBusy,
+			wantPreflight: []string{"cannot read etcd's member list with quorum"}},
 		{name: "preflight: scale down would lose quorum",
 			setup: func(f *fixture) {
 				f.machine("m1", 2*time.Hour)
 				f.machine("m2", time.Hour)
 				f.replicas(1)
 				// A member without a Machine that is down: 2 of 3 healthy, 1 of 2 after.
-				f.workloadObjs = append(f.workloadObjs, k0sMember("stale", false, false))
+				f.etcd.add("stale", "10.0.9.9").state = memberDown
 			},
-			wantHalted: true, wantRequeue: requeueWhileBusy, wantPreflight: []string{"removing Machine m1 would lose etcd quorum"}},
+			wantHalted: true, wantRequeue: requeueWhileBusy,
+			wantPreflight: []string{"etcd member stale (peer 10.0.9.9) belongs to no control-plane Machine", "removing Machine m1 would lose etcd quorum: 1 of 2 voting members would be healthy, 2 needed (unhealthy: stale)"}},
+		{name: "5 to 3 with a broken Machine: the broken one goes first, outside its own preflight",
+			setup: func(f *fixture) {
+				f.machine("m1", 5*time.Hour)
+				f.machine("m2", 4*time.Hour)
+				f.machine("m3", 3*time.Hour, notReady())
+				f.machine("m4", 2*time.Hour)
+				f.machine("m5", time.Hour)
+				f.member("m3").state = memberDown
+			},
+			wantDeleted: []string{"m3"}, wantHalted: true, wantWait: "deleting Machine m3"},
+		{name: "scale down: the delete-machine annotation first",
+			setup: func(f *fixture) {
+				f.machine("m1", 5*time.Hour)
+				f.machine("m2", 4*time.Hour, withAnnotation(clusterv1.DeleteMachineAnnotation, ""))
+				f.machine("m3", 3*time.Hour)
+				f.machine("m4", 2*time.Hour)
+				f.machine("m5", time.Hour)
+			},
+			wantDeleted: []string{"m2"}, wantHalted: true},
+		{name: "rollout: an annotated outdated Machine before older outdated ones",
+			setup: func(f *fixture) {
+				f.machine("m1", 5*time.Hour)
+				f.machine("m2", 4*time.Hour)
+				f.machine("m3", 3*time.Hour, withAnnotation(clusterv1.DeleteMachineAnnotation, ""))
+				upgrade(f)
+				f.machine("m4", time.Hour)
+			},
+			wantDeleted: []string{"m3"}, wantHalted: true},
 		{name: "preflight: several failures are all reported, sorted",
 			setup: func(f *fixture) {
 				f.machine("m1", 3*time.Hour, notReady())
 				f.machine("m2", 2*time.Hour, notReady())
 				f.machine("m3", time.Hour)
-				f.members["m3"] = memberNotJoined
+				f.etcd.removeByName("m3")
 				upgrade(f)
 			},
 			wantHalted: true, wantRequeue: requeueWhileBusy,
-			wantPreflight: []string{"Machine m1 is not ready", "Machine m2 is not ready", "etcd has no joined member for Machine(s) m3"}},
+			wantPreflight: []string{"Machine m1 is not ready", "Machine m2 is not ready", "Machine m3: etcd's members are m1, m2; none is hosted on this Machine"}},
 		{name: "missing KairosConfigTemplate: scale up waits for it",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour)
@@ -252,28 +288,7 @@ func TestRollingUpdateSequence(t *testing.T) {
 				if len(s.preflightMessages) > 0 {
 					t.Fatalf("preflight failed: %q", s.preflightMessages)
 				}
-				// Settle: deleted Machines go away, new ones get a node and a joined member.
-				for _, m := range e.listMachines() {
-					if !m.DeletionTimestamp.IsZero() {
-						m.Finalizers = nil
-						if err := e.c.Update(ctx, &m); err != nil {
-							t.Fatal(err)
-						}
-						continue
-					}
-					if !m.Status.NodeRef.IsDefined() {
-						m.Status.NodeRef.Name = m.Name
-						withCondition(clusterv1.MachineReadyCondition, "True", clusterv1.MachineReadyReason)(&m)
-						if err := e.c.Status().Update(ctx, &m); err != nil {
-							t.Fatal(err)
-						}
-						for _, o := range workloadMember(f.kcp.Spec.Distribution, m.Name, memberJoined) {
-							if err := e.wc.Create(ctx, o); err != nil {
-								t.Fatal(err)
-							}
-						}
-					}
-				}
+				e.settle(ctx)
 			}
 			machines := e.listMachines()
 			if len(machines) != 3 {

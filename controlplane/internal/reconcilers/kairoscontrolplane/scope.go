@@ -15,6 +15,7 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/collections"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
@@ -36,6 +37,15 @@ type scope struct {
 	// referenced template's; nil while the template cannot be read.
 	baseConfig *bootstrapv1.KairosConfigSpec
 
+	// etcd is what etcd itself said about its members, asked once per reconciliation once the
+	// control plane is initialized; nil before.
+	etcd *etcdState
+	// apiServed tells whether Cluster API's ClusterCache reaches the workload API server.
+	apiServed bool
+
+	// upToDateResults memoizes upToDate: the reasons each Machine is outdated, by name.
+	upToDateResults map[string][]string
+
 	// reconcileTime is "now" for every time comparison of this reconciliation.
 	reconcileTime time.Time
 
@@ -50,6 +60,8 @@ type scope struct {
 	preflightMessages   []string
 	remediationMessages []string
 	remediationReason   string
+	remediationRequeue  time.Duration
+	etcdCleanupMessages []string
 	deletingReason      string
 	deletingMessage     string
 }
@@ -57,6 +69,16 @@ type scope struct {
 // halt records what the control plane waits for and stops the remaining phases.
 func (s *scope) halt(format string, args ...any) {
 	s.halted, s.waitMessage = true, fmt.Sprintf(format, args...)
+}
+
+// remediation records what the remediation phase did or waits for, for the Remediating condition.
+func (s *scope) remediation(reason, format string, args ...any) {
+	s.remediationReason = reason
+	s.remediationMessages = append(s.remediationMessages, fmt.Sprintf(format, args...))
+}
+
+func machineReady(m *clusterv1.Machine) bool {
+	return conditions.IsTrue(m, clusterv1.MachineReadyCondition)
 }
 
 func (s *scope) clusterKey() client.ObjectKey {
@@ -85,9 +107,24 @@ func (s *scope) desiredConfig() *bootstrapv1.KairosConfigSpec {
 	return controlplanev1.MachineKairosConfigSpec(s.baseConfig, s.kcp.Spec.Distribution, s.desiredReplicas() == 1)
 }
 
-// upToDate says whether a Machine matches the spec, and if not, why. Single-node mode is
-// not compared: it follows the replica count, and scaling is no reason to replace Machines.
+// upToDate says whether a Machine matches the spec, and if not, why. It is computed once per
+// Machine and reconciliation: status, syncMachines and the scale phases all ask.
 func (s *scope) upToDate(m *clusterv1.Machine) (bool, []string) {
+	if r, ok := s.upToDateResults[m.Name]; ok {
+		return len(r) == 0, r
+	}
+	reasons := s.compareWithSpec(m)
+	if s.upToDateResults == nil {
+		s.upToDateResults = map[string][]string{}
+	}
+	s.upToDateResults[m.Name] = reasons
+	return len(reasons) == 0, reasons
+}
+
+// compareWithSpec lists how a Machine differs from the spec. Single-node mode is not compared:
+// it follows the replica count, and scaling is no reason to replace Machines (the control-plane
+// taint follows it instead, see reconcileControlPlaneTaints).
+func (s *scope) compareWithSpec(m *clusterv1.Machine) []string {
 	var reasons []string
 	if m.Spec.Version != s.kcp.Spec.Version {
 		reasons = append(reasons, fmt.Sprintf("version %s, want %s", m.Spec.Version, s.kcp.Spec.Version))
@@ -114,7 +151,7 @@ func (s *scope) upToDate(m *clusterv1.Machine) (bool, []string) {
 	if after := s.kcp.Spec.Rollout.After; !after.IsZero() && after.Time.Before(s.reconcileTime) && m.CreationTimestamp.Time.Before(after.Time) {
 		reasons = append(reasons, fmt.Sprintf("created before rollout.after %s", after.UTC().Format(time.RFC3339)))
 	}
-	return len(reasons) == 0, reasons
+	return reasons
 }
 
 // outdatedMachines returns the active Machines that need a rollout, with the reasons.

@@ -318,7 +318,7 @@ func TestNewScopeInfrastructureCRDMissing(t *testing.T) {
 	f.noCRDs = true
 	e := f.build()
 	_, err := e.r.newScope(testContext(t), e.kcp, e.cluster)
-	if err == nil || !strings.Contains(err.Error(), "reading the CRD of TestMachine.infrastructure.cluster.x-k8s.io") {
+	if err == nil || !strings.Contains(err.Error(), "reading the infrastructure machine of m1") || !strings.Contains(err.Error(), `"testmachines.infrastructure.cluster.x-k8s.io" not found`) {
 		t.Fatalf("newScope error = %v, want one about the CRD", err)
 	}
 }

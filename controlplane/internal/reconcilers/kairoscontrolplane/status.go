@@ -19,10 +19,26 @@ import (
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 
-// updateStatus derives the whole status from the Machines and what the phases observed.
+// updateStatus derives the whole status from the Machines and what the phases observed: the
+// counters, then one setter per condition.
 func updateStatus(ctx context.Context, s *scope) {
-	kcp := s.kcp
-	machines := s.machines
+	setReplicas(s)
+	setInitializedCondition(s)
+	setCertificatesAvailableCondition(s)
+	setMachinesReadyCondition(ctx, s)
+	setMachinesUpToDateCondition(ctx, s)
+	setRollingOutCondition(s)
+	setScalingUpCondition(s)
+	setScalingDownCondition(s)
+	setRemediatingCondition(s)
+	setDeletingCondition(s)
+	setEtcdClusterHealthyCondition(s)
+	setAvailableCondition(s)
+}
+
+// setReplicas sets the replica counters, the versions and the scale selector.
+func setReplicas(s *scope) {
+	kcp, machines := s.kcp, s.machines
 	kcp.Status.Selector = selector(s).String()
 	kcp.Status.Replicas = ptr.To(int32(machines.Len()))
 	kcp.Status.ReadyReplicas = ptr.To(count(machines, clusterv1.MachineReadyCondition))
@@ -35,61 +51,165 @@ func updateStatus(ctx context.Context, s *scope) {
 	}
 	kcp.Status.UpToDateReplicas = ptr.To(upToDate)
 	kcp.Status.Versions, kcp.Status.Version = versions(machines)
+}
 
-	setCondition(kcp, controlplanev1.InitializedCondition, s.initialized(), controlplanev1.InitializedReason, controlplanev1.NotInitializedReason,
-		"", "waiting for the first control-plane node to serve the API")
-	certMsg := ""
+func setInitializedCondition(s *scope) {
+	c := metav1.Condition{Type: controlplanev1.InitializedCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.InitializedReason}
+	if !s.initialized() {
+		c = metav1.Condition{Type: controlplanev1.InitializedCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotInitializedReason,
+			Message: "waiting for the first control-plane node to serve the API"}
+	}
+	conditions.Set(s.kcp, c)
+}
+
+func setCertificatesAvailableCondition(s *scope) {
+	c := metav1.Condition{Type: controlplanev1.CertificatesAvailableCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.CertificatesAvailableReason}
 	if s.certificatesErr != nil {
-		certMsg = "cannot create or read the cluster certificates; see the controller logs"
+		// The error may name Secrets and keys; its details go to the log only.
+		c = metav1.Condition{Type: controlplanev1.CertificatesAvailableCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.CertificatesInternalErrorReason,
+			Message: "cannot create or read the cluster certificates; see the controller logs"}
 	}
-	setCondition(kcp, controlplanev1.CertificatesAvailableCondition, s.certificatesErr == nil,
-		controlplanev1.CertificatesAvailableReason, controlplanev1.CertificatesInternalErrorReason, "", certMsg)
-	setAggregate(ctx, kcp, machines, clusterv1.MachineReadyCondition, controlplanev1.MachinesReadyCondition,
+	conditions.Set(s.kcp, c)
+}
+
+func setMachinesReadyCondition(ctx context.Context, s *scope) {
+	setAggregate(ctx, s.kcp, s.machines, clusterv1.MachineReadyCondition, controlplanev1.MachinesReadyCondition,
 		controlplanev1.NotReadyReason, controlplanev1.ReadyUnknownReason, controlplanev1.ReadyReason)
-	setAggregate(ctx, kcp, machines, clusterv1.MachineUpToDateCondition, controlplanev1.MachinesUpToDateCondition,
+}
+
+func setMachinesUpToDateCondition(ctx context.Context, s *scope) {
+	setAggregate(ctx, s.kcp, s.machines, clusterv1.MachineUpToDateCondition, controlplanev1.MachinesUpToDateCondition,
 		controlplanev1.NotUpToDateReason, controlplanev1.UpToDateUnknownReason, controlplanev1.UpToDateReason)
+}
 
-	active := machines.Filter(collections.ActiveMachines)
-	desired := s.desiredReplicas()
+// setRollingOutCondition lists the outdated Machines and why, and what holds the rollout back.
+func setRollingOutCondition(s *scope) {
 	outdated, reasons := s.outdatedMachines()
-	var rolloutMsgs []string
-	for _, m := range outdated.SortedByCreationTimestamp() {
-		rolloutMsgs = append(rolloutMsgs, fmt.Sprintf("Machine %s: %s", m.Name, strings.Join(reasons[m.Name], ", ")))
+	c := metav1.Condition{Type: controlplanev1.RollingOutCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotRollingOutReason}
+	if outdated.Len() > 0 {
+		var msgs []string
+		for _, m := range outdated.SortedByCreationTimestamp() {
+			msgs = append(msgs, fmt.Sprintf("Machine %s: %s", m.Name, strings.Join(reasons[m.Name], ", ")))
+		}
+		c = metav1.Condition{Type: controlplanev1.RollingOutCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.RollingOutReason,
+			Message: bullets(append(msgs, s.preflightMessages...))}
 	}
-	setCondition(kcp, controlplanev1.RollingOutCondition, outdated.Len() > 0, controlplanev1.RollingOutReason, controlplanev1.NotRollingOutReason,
-		strings.Join(append(rolloutMsgs, s.preflightMessages...), "\n"), "")
+	conditions.Set(s.kcp, c)
+}
 
-	blocked := strings.Join(s.blockers(), "\n")
-	setCondition(kcp, controlplanev1.ScalingUpCondition, active.Len() < desired, controlplanev1.ScalingUpReason, controlplanev1.NotScalingUpReason,
-		joinLines(fmt.Sprintf("scaling up from %d to %d replicas", active.Len(), desired), blocked), "")
-	setCondition(kcp, controlplanev1.ScalingDownCondition, active.Len() > desired, controlplanev1.ScalingDownReason, controlplanev1.NotScalingDownReason,
-		joinLines(fmt.Sprintf("scaling down from %d to %d replicas", active.Len(), desired), blocked), "")
+func setScalingUpCondition(s *scope) {
+	active, desired := s.activeMachines().Len(), s.desiredReplicas()
+	c := metav1.Condition{Type: controlplanev1.ScalingUpCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotScalingUpReason}
+	if active < desired {
+		c = metav1.Condition{Type: controlplanev1.ScalingUpCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.ScalingUpReason,
+			Message: bullets(append([]string{fmt.Sprintf("scaling up from %d to %d replicas", active, desired)}, s.blockers()...))}
+	}
+	conditions.Set(s.kcp, c)
+}
 
+func setScalingDownCondition(s *scope) {
+	active, desired := s.activeMachines().Len(), s.desiredReplicas()
+	c := metav1.Condition{Type: controlplanev1.ScalingDownCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotScalingDownReason}
+	if active > desired {
+		c = metav1.Condition{Type: controlplanev1.ScalingDownCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.ScalingDownReason,
+			Message: bullets(append([]string{fmt.Sprintf("scaling down from %d to %d replicas", active, desired)}, s.blockers()...))}
+	}
+	conditions.Set(s.kcp, c)
+}
+
+func setRemediatingCondition(s *scope) {
+	c := metav1.Condition{Type: controlplanev1.RemediatingCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotRemediatingReason}
 	if s.remediationReason != "" {
-		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.RemediatingCondition, Status: metav1.ConditionTrue,
-			Reason: s.remediationReason, Message: strings.Join(s.remediationMessages, "\n")})
-	} else {
-		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.RemediatingCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotRemediatingReason})
+		c = metav1.Condition{Type: controlplanev1.RemediatingCondition, Status: metav1.ConditionTrue, Reason: s.remediationReason,
+			Message: bullets(s.remediationMessages)}
 	}
+	conditions.Set(s.kcp, c)
+}
 
-	if !kcp.DeletionTimestamp.IsZero() {
+func setDeletingCondition(s *scope) {
+	c := metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotDeletingReason}
+	if !s.kcp.DeletionTimestamp.IsZero() {
 		reason := s.deletingReason
 		if reason == "" { // deletion failed before it could say what it waits for
 			reason = controlplanev1.DeletingReason
 		}
-		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionTrue,
-			Reason: reason, Message: s.deletingMessage})
-	} else {
-		conditions.Set(kcp, metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotDeletingReason})
+		c = metav1.Condition{Type: controlplanev1.DeletingCondition, Status: metav1.ConditionTrue, Reason: reason, Message: s.deletingMessage}
 	}
+	conditions.Set(s.kcp, c)
+}
 
-	// Available: the API answers (initialized) and a majority of the desired control plane,
-	// hence of etcd, is available.
-	available := int(count(machines, clusterv1.MachineAvailableCondition))
-	quorum := desired/2 + 1
-	setCondition(kcp, controlplanev1.AvailableCondition, s.initialized() && available >= quorum && kcp.DeletionTimestamp.IsZero(),
-		controlplanev1.AvailableReason, controlplanev1.NotAvailableReason, "",
-		fmt.Sprintf("%d of %d control-plane Machines available, %d needed for etcd quorum", available, desired, quorum))
+// setEtcdClusterHealthyCondition summarizes etcd as its members report it: every member hosted
+// by a Machine and healthy, every settled Machine hosting a member.
+func setEtcdClusterHealthyCondition(s *scope) {
+	c := metav1.Condition{Type: controlplanev1.EtcdClusterHealthyCondition}
+	switch {
+	case s.etcd == nil:
+		c.Status, c.Reason, c.Message = metav1.ConditionUnknown, controlplanev1.EtcdClusterHealthUnknownReason, "Waiting for the control plane to be initialized"
+		if !s.kcp.DeletionTimestamp.IsZero() {
+			c.Message = "The control plane is being deleted"
+		}
+	case !s.etcd.known():
+		c.Status, c.Reason = metav1.ConditionUnknown, controlplanev1.EtcdClusterHealthUnknownReason
+		c.Message = fmt.Sprintf("No control-plane node answered a quorum read of etcd's member list: %v", s.etcd.err)
+	default:
+		var problems []string
+		for _, m := range s.machines.SortedByCreationTimestamp() {
+			if cond := etcdMemberCondition(s, m); cond.Status == metav1.ConditionFalse && cond.Reason != controlplanev1.EtcdMemberDeletingReason {
+				problems = append(problems, fmt.Sprintf("Machine %s: %s", m.Name, cond.Message))
+			}
+		}
+		problems = append(problems, s.etcdProblems()...)
+		problems = append(problems, s.etcdCleanupMessages...)
+		if len(problems) > 0 {
+			c.Status, c.Reason, c.Message = metav1.ConditionFalse, controlplanev1.EtcdClusterNotHealthyReason, bullets(dedupe(problems))
+		} else {
+			c.Status, c.Reason = metav1.ConditionTrue, controlplanev1.EtcdClusterHealthyReason
+		}
+	}
+	conditions.Set(s.kcp, c)
+}
+
+// setAvailableCondition: the control plane is available when its API is served and etcd has
+// quorum, whatever the replica count says: a 1 -> 3 scale-up keeps it available, a lost quorum
+// does not.
+func setAvailableCondition(s *scope) {
+	var problems []string
+	if !s.initialized() {
+		problems = append(problems, "Waiting for the first control-plane node to serve the API")
+	} else {
+		if !s.apiServed {
+			problems = append(problems, "The workload cluster's API server does not answer Cluster API's health probes")
+		}
+		// etcd has quorum exactly when a quorum read succeeds: the member list was read that way.
+		// (Counting members that pass their own checks would be stricter: a member just promoted
+		// may be slow to serve reads while etcd as a whole has quorum.)
+		switch {
+		case s.etcd == nil:
+			problems = append(problems, "etcd's health is not known yet")
+		case !s.etcd.known() && len(s.etcd.joining) > 0:
+			// k0s adds a joining controller as a voting member: etcd has no quorum until the new
+			// member runs, for a few seconds.
+			problems = append(problems, fmt.Sprintf("etcd has no quorum while the member at %s joins", strings.Join(s.etcd.joining, ", ")))
+		case !s.etcd.known():
+			problems = append(problems, fmt.Sprintf("etcd has no quorum: no control-plane node answered a quorum read (%v)", s.etcd.err))
+		}
+	}
+	if !s.kcp.DeletionTimestamp.IsZero() {
+		problems = append(problems, "The control plane is being deleted")
+	}
+	c := metav1.Condition{Type: controlplanev1.AvailableCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.AvailableReason}
+	if len(problems) > 0 {
+		c = metav1.Condition{Type: controlplanev1.AvailableCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotAvailableReason, Message: bullets(problems)}
+	}
+	conditions.Set(s.kcp, c)
+}
+
+// bullets formats messages the way Cluster API aggregates them: one "* " line each.
+func bullets(msgs []string) string {
+	if len(msgs) == 1 {
+		return msgs[0]
+	}
+	return "* " + strings.Join(msgs, "\n* ")
 }
 
 // blockers lists what holds the control plane back, for the scaling conditions.
@@ -101,21 +221,6 @@ func (s *scope) blockers() []string {
 		}
 	}
 	return out
-}
-
-func joinLines(head, tail string) string {
-	if tail == "" {
-		return head
-	}
-	return head + "\n" + tail
-}
-
-func setCondition(kcp *controlplanev1.KairosControlPlane, typ string, ok bool, trueReason, falseReason, trueMsg, falseMsg string) {
-	c := metav1.Condition{Type: typ, Status: metav1.ConditionTrue, Reason: trueReason, Message: trueMsg}
-	if !ok {
-		c = metav1.Condition{Type: typ, Status: metav1.ConditionFalse, Reason: falseReason, Message: falseMsg}
-	}
-	conditions.Set(kcp, c)
 }
 
 // setAggregate summarizes one condition of every Machine into a control-plane condition.

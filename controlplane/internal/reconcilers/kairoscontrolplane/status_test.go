@@ -101,7 +101,8 @@ func TestUpdateStatusNoMachines(t *testing.T) {
 	assertCondition(t, f.kcp, controlplanev1.MachinesReadyCondition, metav1.ConditionTrue, controlplanev1.NoReplicasReason, "")
 	assertCondition(t, f.kcp, controlplanev1.MachinesUpToDateCondition, metav1.ConditionTrue, controlplanev1.NoReplicasReason, "")
 	assertCondition(t, f.kcp, controlplanev1.InitializedCondition, metav1.ConditionFalse, controlplanev1.NotInitializedReason, "waiting for the first control-plane node")
-	assertCondition(t, f.kcp, controlplanev1.AvailableCondition, metav1.ConditionFalse, controlplanev1.NotAvailableReason, "0 of 3 control-plane Machines available, 2 needed for etcd quorum")
+	assertCondition(t, f.kcp, controlplanev1.AvailableCondition, metav1.ConditionFalse, controlplanev1.NotAvailableReason, "Waiting for the first control-plane node to serve the API")
+	assertCondition(t, f.kcp, controlplanev1.EtcdClusterHealthyCondition, metav1.ConditionUnknown, controlplanev1.EtcdClusterHealthUnknownReason, "Waiting for the control plane to be initialized")
 	assertCondition(t, f.kcp, controlplanev1.ScalingUpCondition, metav1.ConditionTrue, controlplanev1.ScalingUpReason, "scaling up from 0 to 3 replicas")
 	assertCondition(t, f.kcp, controlplanev1.ScalingDownCondition, metav1.ConditionFalse, controlplanev1.NotScalingDownReason, "")
 	assertCondition(t, f.kcp, controlplanev1.RollingOutCondition, metav1.ConditionFalse, controlplanev1.NotRollingOutReason, "")
@@ -148,35 +149,70 @@ func TestUpdateStatusConditions(t *testing.T) {
 				f.machine("m3", time.Hour, notAvailable())
 			},
 			want: map[string]want{controlplanev1.AvailableCondition: {metav1.ConditionTrue, controlplanev1.AvailableReason, ""}}},
-		{name: "quorum: 1 of 3 available",
+		{name: "Machines not ready, etcd healthy: available (the API and etcd are what count)",
 			setup: func(f *fixture) {
 				f.machine("m1", 3*time.Hour)
 				f.machine("m2", 2*time.Hour, notAvailable())
 				f.machine("m3", time.Hour, notReady())
 			},
 			want: map[string]want{
-				controlplanev1.AvailableCondition:     {metav1.ConditionFalse, controlplanev1.NotAvailableReason, "1 of 3 control-plane Machines available, 2 needed for etcd quorum"},
-				controlplanev1.MachinesReadyCondition: {metav1.ConditionFalse, controlplanev1.NotReadyReason, "m3"},
+				controlplanev1.AvailableCondition:          {metav1.ConditionTrue, controlplanev1.AvailableReason, ""},
+				controlplanev1.MachinesReadyCondition:      {metav1.ConditionFalse, controlplanev1.NotReadyReason, "m3"},
+				controlplanev1.EtcdClusterHealthyCondition: {metav1.ConditionTrue, controlplanev1.EtcdClusterHealthyReason, ""},
 			}},
-		{name: "quorum: 3 of 5 available",
+		{name: "1 -> 3 scale-up: one Machine is enough to be available",
 			setup: func(f *fixture) {
-				f.replicas(5)
-				for _, n := range []string{"m1", "m2", "m3"} {
-					f.machine(n, time.Hour)
-				}
-				f.machine("m4", time.Hour, notAvailable())
-				f.machine("m5", time.Hour, notAvailable())
+				f.machine("m1", time.Hour)
 			},
 			want: map[string]want{controlplanev1.AvailableCondition: {metav1.ConditionTrue, controlplanev1.AvailableReason, ""}}},
-		{name: "quorum: 2 of 4 available is not enough",
+		{name: "one etcd member of three down: still available, etcd not healthy",
 			setup: func(f *fixture) {
-				f.replicas(4)
-				f.machine("m1", time.Hour)
-				f.machine("m2", time.Hour)
-				f.machine("m3", time.Hour, notAvailable())
-				f.machine("m4", time.Hour, notAvailable())
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m3").state = memberDown
 			},
-			want: map[string]want{controlplanev1.AvailableCondition: {metav1.ConditionFalse, controlplanev1.NotAvailableReason, "2 of 4 control-plane Machines available, 3 needed for etcd quorum"}}},
+			want: map[string]want{
+				controlplanev1.AvailableCondition:          {metav1.ConditionTrue, controlplanev1.AvailableReason, ""},
+				controlplanev1.EtcdClusterHealthyCondition: {metav1.ConditionFalse, controlplanev1.EtcdClusterNotHealthyReason, "Machine m3: etcd member m3 does not answer at 10.0.0.12:2379"},
+			}},
+		{name: "three of five members down: quorum lost, not available although every Machine is ready",
+			setup: func(f *fixture) {
+				f.replicas(5)
+				for _, n := range []string{"m1", "m2", "m3", "m4", "m5"} {
+					f.machine(n, time.Hour)
+				}
+				for _, n := range []string{"m3", "m4", "m5"} {
+					f.member(n).state = memberDown
+				}
+			},
+			want: map[string]want{
+				controlplanev1.AvailableCondition:          {metav1.ConditionFalse, controlplanev1.NotAvailableReason, "etcd has no quorum: no control-plane node answered a quorum read"},
+				controlplanev1.EtcdClusterHealthyCondition: {metav1.ConditionUnknown, controlplanev1.EtcdClusterHealthUnknownReason, "No control-plane node answered"},
+			}},
+		{name: "a learner counts for nothing: 2 healthy voters of 2 keep quorum",
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m3").learner = true
+			},
+			want: map[string]want{
+				controlplanev1.AvailableCondition:          {metav1.ConditionTrue, controlplanev1.AvailableReason, ""},
+				controlplanev1.EtcdClusterHealthyCondition: {metav1.ConditionFalse, controlplanev1.EtcdClusterNotHealthyReason, "etcd member m3 is a learner"},
+			}},
+		{name: "the workload API does not answer: not available",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.apiDown = true
+			},
+			want: map[string]want{controlplanev1.AvailableCondition: {metav1.ConditionFalse, controlplanev1.NotAvailableReason, "The workload cluster's API server does not answer"}}},
+		{name: "an etcd member without a Machine",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.etcd.add("stray", "10.0.9.9")
+			},
+			want: map[string]want{controlplanev1.EtcdClusterHealthyCondition: {metav1.ConditionFalse, controlplanev1.EtcdClusterNotHealthyReason, "etcd member stray (peer 10.0.9.9) belongs to no control-plane Machine"}}},
 		{name: "single node available",
 			setup: func(f *fixture) {
 				f.replicas(1)
@@ -223,9 +259,9 @@ func TestUpdateStatusConditions(t *testing.T) {
 			},
 			want: map[string]want{
 				controlplanev1.RollingOutCondition: {metav1.ConditionTrue, controlplanev1.RollingOutReason,
-					"Machine m1: version v1.31.2, want v1.32.0\nMachine m2: version v1.31.2, want v1.32.0\nMachine m3: version v1.31.2, want v1.32.0\nMachine m4 is not ready"},
+					"* Machine m1: version v1.31.2, want v1.32.0\n* Machine m2: version v1.31.2, want v1.32.0\n* Machine m3: version v1.31.2, want v1.32.0\n* Machine m4 is not ready"},
 				controlplanev1.ScalingDownCondition: {metav1.ConditionTrue, controlplanev1.ScalingDownReason,
-					"scaling down from 4 to 3 replicas\npreflight checks failed: Machine m4 is not ready"},
+					"* scaling down from 4 to 3 replicas\n* preflight checks failed: Machine m4 is not ready"},
 				controlplanev1.ScalingUpCondition: {metav1.ConditionFalse, controlplanev1.NotScalingUpReason, ""},
 			}},
 		{name: "scaling up, blocked by a missing infrastructure template",
@@ -237,7 +273,7 @@ func TestUpdateStatusConditions(t *testing.T) {
 			},
 			want: map[string]want{
 				controlplanev1.ScalingUpCondition: {metav1.ConditionTrue, controlplanev1.ScalingUpReason,
-					"scaling up from 1 to 3 replicas\nTestMachineTemplate y does not exist"},
+					"* scaling up from 1 to 3 replicas\n* TestMachineTemplate y does not exist"},
 			}},
 		{name: "scaling down, blocked by preflight",
 			setup: func(f *fixture) {
@@ -250,7 +286,7 @@ func TestUpdateStatusConditions(t *testing.T) {
 			},
 			want: map[string]want{
 				controlplanev1.ScalingDownCondition: {metav1.ConditionTrue, controlplanev1.ScalingDownReason,
-					"scaling down from 2 to 1 replicas\npreflight checks failed: removing Machine m1 would lose etcd quorum"},
+					"* scaling down from 2 to 1 replicas\n* preflight checks failed: removing Machine m1 would lose etcd quorum"},
 			}},
 		{name: "deleting Machines do not count as active for scaling",
 			setup: func(f *fixture) {
@@ -265,7 +301,7 @@ func TestUpdateStatusConditions(t *testing.T) {
 				s.remediationReason = controlplanev1.RemediationBlockedQuorumReason
 				s.remediationMessages = []string{"first", "second"}
 			},
-			want: map[string]want{controlplanev1.RemediatingCondition: {metav1.ConditionTrue, controlplanev1.RemediationBlockedQuorumReason, "first\nsecond"}}},
+			want: map[string]want{controlplanev1.RemediatingCondition: {metav1.ConditionTrue, controlplanev1.RemediationBlockedQuorumReason, "* first\n* second"}}},
 		{name: "certificates failed",
 			observe: func(s *scope) { s.certificatesErr = errors.New("boom") },
 			want: map[string]want{controlplanev1.CertificatesAvailableCondition: {metav1.ConditionFalse, controlplanev1.CertificatesInternalErrorReason,
@@ -329,5 +365,28 @@ func TestVersionsUnparsable(t *testing.T) {
 	got, oldest := versions(s.machines)
 	if len(got) != 2 || oldest != got[0].Version {
 		t.Errorf("versions = %+v, oldest %q", got, oldest)
+	}
+}
+
+// A k0s controller joins etcd as a voting member: between the member add and the new member's
+// start etcd has no quorum. Available says so (the API cannot write then), naming the joining
+// member, and the control plane looks again within a second.
+func TestAvailableWhileAMemberJoins(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.machine("m1", time.Hour)
+	f.machine("m2", time.Minute, withoutNode())
+	f.etcd.add("m2", address(1)).state = memberNotStarted
+	e := f.build()
+	s := e.scope(ctx)
+	updateStatus(ctx, s)
+	assertCondition(t, f.kcp, controlplanev1.AvailableCondition, metav1.ConditionFalse, controlplanev1.NotAvailableReason,
+		"etcd has no quorum while the member at https://10.0.0.11:2380 joins")
+	res, err := e.r.reconcileNormal(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != joiningRequeue {
+		t.Errorf("RequeueAfter = %s, want %s while a member joins", res.RequeueAfter, joiningRequeue)
 	}
 }

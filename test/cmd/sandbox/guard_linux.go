@@ -1,0 +1,120 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// sandboxChildEnv marks the process that runs the sandbox, below its guard.
+const sandboxChildEnv = "KAIROS_SANDBOX_CHILD"
+
+// guard runs the sandbox as a child process and outlives it: it is the child subreaper of
+// everything the sandbox starts (the management API server and etcd, the workload clusters'
+// processes), so when the sandbox ends in a way that runs no cleanup (kill -9, a crash), their
+// orphans come to the guard, which stops them. Ctrl-C reaches the sandbox directly (same
+// process group); a signal sent to the guard alone is passed on. It returns the sandbox's exit
+// code.
+func guard() (code int, guarded bool) {
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox: cannot become a child subreaper, running unguarded:", err)
+	}
+	// The sandbox handles interrupts; the guard must not die of them before it.
+	signal.Ignore(syscall.SIGPIPE)
+	interrupts := make(chan os.Signal, 2)
+	signal.Notify(interrupts, os.Interrupt, syscall.SIGTERM)
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox:", err)
+		return 1, true
+	}
+	cmd := exec.Command(self, os.Args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	cmd.Env = append(os.Environ(), sandboxChildEnv+"=1")
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox:", err)
+		return 1, true
+	}
+	go func() {
+		for sig := range interrupts {
+			_ = cmd.Process.Signal(sig)
+		}
+	}()
+	err = cmd.Wait()
+	stopOrphans()
+	var exit *exec.ExitError
+	switch {
+	case err == nil:
+		return 0, true
+	case errors.As(err, &exit) && exit.ExitCode() >= 0:
+		return exit.ExitCode(), true
+	default:
+		fmt.Fprintln(os.Stderr, "sandbox:", err)
+		return 1, true
+	}
+}
+
+// stopOrphans stops every process that became the guard's child: SIGTERM to each one's process
+// group (envtest starts its processes in their own groups), SIGKILL after a grace period.
+func stopOrphans() {
+	orphans := childrenOf(os.Getpid())
+	if len(orphans) == 0 {
+		return
+	}
+	signalAll := func(sig syscall.Signal) {
+		for _, pid := range orphans {
+			if pgid, err := syscall.Getpgid(pid); err == nil && pgid != syscall.Getpgrp() {
+				_ = syscall.Kill(-pgid, sig)
+			}
+			_ = syscall.Kill(pid, sig)
+		}
+	}
+	signalAll(syscall.SIGTERM)
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) && reap(orphans) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	signalAll(syscall.SIGKILL)
+	for reap(orphans) {
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// reap collects the orphans that ended and reports whether any still runs.
+func reap(pids []int) bool {
+	running := false
+	for _, pid := range pids {
+		var ws syscall.WaitStatus
+		if got, err := syscall.Wait4(pid, &ws, syscall.WNOHANG, nil); err == nil && got == 0 {
+			running = true
+		}
+	}
+	return running
+}
+
+// childrenOf lists the processes whose parent is pid.
+func childrenOf(pid int) []int {
+	var out []int
+	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
+	for _, t := range tasks {
+		data, err := os.ReadFile(t)
+		if err != nil {
+			continue
+		}
+		for _, f := range strings.Fields(string(data)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				out = append(out, pid)
+			}
+		}
+	}
+	return out
+}

@@ -1,0 +1,80 @@
+package framework_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kairos-capi/kairos-capi/test/framework"
+)
+
+// The controller manager the harnesses run collects garbage: an object whose owner is deleted
+// goes too, and so does the content of a deleted namespace.
+func TestControllerManagerCollectsGarbage(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	env, err := framework.Start(framework.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kcm, err := env.StartControllerManager(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kcm.Stop(10 * time.Second) })
+
+	ctx := context.Background()
+	c := env.Client
+	ns := framework.NewNamespace(t, c, "gc-")
+	owner := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owner"}}
+	if err := c.Create(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
+	owned := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "owned", OwnerReferences: []metav1.OwnerReference{{
+		APIVersion: "v1", Kind: "ConfigMap", Name: owner.Name, UID: owner.UID,
+	}}}}
+	if err := c.Create(ctx, owned); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, owner); err != nil {
+		t.Fatal(err)
+	}
+	gone := func(o client.Object) func() error {
+		return func() error {
+			err := c.Get(ctx, client.ObjectKeyFromObject(o), o)
+			if apierrors.IsNotFound(err) {
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			return errStillThere
+		}
+	}
+	framework.Eventually(t, time.Minute, gone(owned))
+
+	lone := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "lone"}}
+	if err := c.Create(ctx, lone); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, gone(&corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	if exited, err := kcm.Exited(); exited {
+		t.Fatalf("kube-controller-manager exited: %v\n%s", err, kcm.Output())
+	}
+}
+
+var errStillThere = errors.New("still there")

@@ -1,0 +1,271 @@
+package lifecycle
+
+import (
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/test/framework"
+	"github.com/kairos-capi/kairos-capi/test/simnode"
+)
+
+// These scenarios run on simulated nodes with real etcd members: every control-plane node runs
+// its own etcd, joins with a real member add and leaves with a real member remove, and the
+// workload API server fails when etcd loses quorum. What the control plane may and may not do
+// is decided by etcd itself, not by what the test tells it.
+
+// availabilityWatch records every Available status the control plane reports while it runs.
+type availabilityWatch struct {
+	mu       sync.Mutex
+	notTrue  []string
+	stop     chan struct{}
+	finished chan struct{}
+}
+
+func (c *cpCluster) watchAvailable() *availabilityWatch {
+	w := &availabilityWatch{stop: make(chan struct{}), finished: make(chan struct{})}
+	go func() {
+		defer close(w.finished)
+		for {
+			kcp := &controlplanev1.KairosControlPlane{}
+			if err := h.Client.Get(c.ctx, client.ObjectKeyFromObject(c.kcp), kcp); err == nil {
+				if cond := conditions.Get(kcp, controlplanev1.AvailableCondition); cond == nil || cond.Status != metav1.ConditionTrue {
+					w.mu.Lock()
+					w.notTrue = append(w.notTrue, fmt.Sprintf("%+v", cond))
+					w.mu.Unlock()
+				}
+			}
+			select {
+			case <-w.stop:
+				return
+			case <-time.After(250 * time.Millisecond):
+			}
+		}
+	}()
+	return w
+}
+
+func (w *availabilityWatch) result() []string {
+	close(w.stop)
+	<-w.finished
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.notTrue
+}
+
+// nodeOf returns the simulated node of a control-plane Machine.
+func (c *cpCluster) nodeOf(m clusterv1.Machine) *simnode.Node {
+	c.t.Helper()
+	n := c.Node(m.Spec.InfrastructureRef.Name)
+	if n == nil {
+		c.t.Fatalf("no simulated node for Machine %s", m.Name)
+	}
+	return n
+}
+
+// waitCondition waits until one of the control plane's conditions has a status and a message
+// containing want.
+func (c *cpCluster) waitCondition(typ string, status metav1.ConditionStatus, want string, timeout time.Duration) {
+	c.t.Helper()
+	framework.Eventually(c.t, timeout, func() error {
+		cond := conditions.Get(c.get(), typ)
+		if cond == nil || cond.Status != status || !strings.Contains(cond.Message, want) {
+			return fmt.Errorf("%s = %+v, want %s with %q", typ, cond, status, want)
+		}
+		return nil
+	})
+}
+
+// machineByName finds a control-plane Machine, or nil.
+func (c *cpCluster) machineByName(name string) *clusterv1.Machine {
+	c.t.Helper()
+	machines, err := c.controlPlaneMachines()
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	for i := range machines {
+		if machines[i].Name == name {
+			return &machines[i]
+		}
+	}
+	return nil
+}
+
+// TestEtcdMemberDownBlocksRemovals: with one of three etcd members dead behind a Ready kubelet,
+// a scale-down, a rollout, a remediation and a Machine delete all wait and say why; once the
+// member is healthy again, they all proceed. Available stays true through a 1 -> 3 scale-up
+// and turns false when quorum is lost.
+func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
+	for _, dist := range distributions {
+		t.Run(string(dist), func(t *testing.T) {
+			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1, version: oldVersion})
+			c.waitSettled(1, oldVersion, waitScale)
+
+			// (e) Available through a 1 -> 3 scale-up.
+			avail := c.watchAvailable()
+			c.scale(3)
+			machines := c.waitSettled(3, oldVersion, waitScale)
+			// k3s joins servers as learners: etcd keeps quorum throughout. k0s adds a joining
+			// controller as a voting member, so etcd has no quorum between the add and the new
+			// member's start (seconds): the only time Available may say false, and it says why.
+			for _, cond := range avail.result() {
+				if dist == bootstrapv1.DistributionK3s || !strings.Contains(cond, "etcd has no quorum while the member at") {
+					t.Errorf("Available was not true during 1 -> 3: %s", cond)
+					break
+				}
+			}
+
+			// (a) One member's etcd dies; its kubelet stays Ready.
+			dead := machines[2]
+			if err := c.nodeOf(dead).KillEtcd(); err != nil {
+				t.Fatal(err)
+			}
+			c.waitCondition(controlplanev1.EtcdClusterHealthyCondition, metav1.ConditionFalse, dead.Name, time.Minute)
+
+			mhc := &clusterv1.MachineHealthCheck{
+				ObjectMeta: metav1.ObjectMeta{Namespace: c.Cluster.Namespace, Name: "control-plane"},
+				Spec: clusterv1.MachineHealthCheckSpec{
+					ClusterName: c.Cluster.Name,
+					Selector:    metav1.LabelSelector{MatchLabels: map[string]string{controlplanev1.ControlPlaneNameLabel: c.kcp.Name}},
+					Checks: clusterv1.MachineHealthCheckChecks{
+						UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, TimeoutSeconds: ptr.To[int32](5)}},
+					},
+				},
+			}
+			if err := h.Client.Create(c.ctx, mhc); err != nil {
+				t.Fatal(err)
+			}
+			// A remediation of a healthy member's Machine: its kubelet stops.
+			sick := machines[0]
+			if err := c.nodeOf(sick).SetReady(c.ctx, false, ""); err != nil {
+				t.Fatal(err)
+			}
+			c.waitCondition(controlplanev1.RemediatingCondition, metav1.ConditionTrue, "would lose etcd quorum", time.Minute)
+
+			// A rollout: the new version waits for the preflight checks.
+			c.update(func(s *controlplanev1.KairosControlPlaneSpec) { s.Version = version })
+			c.waitCondition(controlplanev1.RollingOutCondition, metav1.ConditionTrue, dead.Name, time.Minute)
+
+			// A Machine deleted by hand: its member must not leave.
+			byHand := machines[1]
+			if err := h.Client.Delete(c.ctx, &byHand); err != nil {
+				t.Fatal(err)
+			}
+			c.waitCondition(controlplanev1.ScalingUpCondition, metav1.ConditionTrue, "the etcd member of Machine "+byHand.Name+" does not leave", time.Minute)
+
+			// Nothing was removed: three members, the hand-deleted Machine held by its hook.
+			framework.Consistently(t, 10*time.Second, func() error {
+				if n := len(c.SimCluster(c.ctx).EtcdMembers()); n != 3 {
+					return fmt.Errorf("%d etcd members, want 3", n)
+				}
+				if m := c.machineByName(byHand.Name); m == nil {
+					return fmt.Errorf("Machine %s is gone: its member left while quorum depended on it", byHand.Name)
+				}
+				if m := c.machineByName(sick.Name); m == nil || !m.DeletionTimestamp.IsZero() {
+					return fmt.Errorf("Machine %s was remediated while etcd could not lose it", sick.Name)
+				}
+				return nil
+			})
+
+			// The member is healthy again: the deletion, the remediation and the rollout proceed.
+			if err := c.nodeOf(dead).StartEtcd(); err != nil {
+				t.Fatal(err)
+			}
+			after := c.waitSettled(3, version, 3*waitScale)
+			for _, m := range after {
+				if m.Name == byHand.Name || m.Name == sick.Name {
+					t.Errorf("Machine %s is still there", m.Name)
+				}
+			}
+
+			// (d) A Machine whose hook was removed by hand goes without leaving etcd: its member
+			// is an orphan, which the control plane removes before it scales back up.
+			orphaned := after[0]
+			patch := client.MergeFrom(orphaned.DeepCopy())
+			delete(orphaned.Annotations, controlplanev1.EtcdMemberHookAnnotation)
+			if err := h.Client.Patch(c.ctx, &orphaned, patch); err != nil {
+				t.Fatal(err)
+			}
+			if err := h.Client.Delete(c.ctx, &orphaned); err != nil {
+				t.Fatal(err)
+			}
+			final := c.waitSettled(3, version, 2*waitScale)
+			for _, m := range final {
+				if m.Name == orphaned.Name {
+					t.Errorf("Machine %s is still there", m.Name)
+				}
+			}
+
+			// (e) Quorum lost: two of three members die, Available turns false; back when they return.
+			for _, m := range final[:2] {
+				if err := c.nodeOf(m).KillEtcd(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.waitCondition(controlplanev1.AvailableCondition, metav1.ConditionFalse, "etcd has no quorum", 2*time.Minute)
+			for _, m := range final[:2] {
+				if err := c.nodeOf(m).StartEtcd(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.waitCondition(controlplanev1.AvailableCondition, metav1.ConditionTrue, "", 2*time.Minute)
+		})
+	}
+}
+
+// TestTwoUnhealthyMachinesRecover: a MachineHealthCheck marks two of three control-plane
+// Machines unhealthy; the control plane replaces them one after the other and ends with three
+// healthy members, without help.
+func TestTwoUnhealthyMachinesRecover(t *testing.T) {
+	for _, dist := range distributions {
+		t.Run(string(dist), func(t *testing.T) {
+			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
+			machines := c.waitSettled(3, version, waitScale)
+			mhc := &clusterv1.MachineHealthCheck{
+				ObjectMeta: metav1.ObjectMeta{Namespace: c.Cluster.Namespace, Name: "control-plane"},
+				Spec: clusterv1.MachineHealthCheckSpec{
+					ClusterName: c.Cluster.Name,
+					Selector:    metav1.LabelSelector{MatchLabels: map[string]string{controlplanev1.ControlPlaneNameLabel: c.kcp.Name}},
+					Checks: clusterv1.MachineHealthCheckChecks{
+						UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, TimeoutSeconds: ptr.To[int32](5)}},
+					},
+				},
+			}
+			if err := h.Client.Create(c.ctx, mhc); err != nil {
+				t.Fatal(err)
+			}
+			w := c.watchMachineCount()
+			for _, m := range machines[1:] {
+				if err := c.nodeOf(m).SetReady(c.ctx, false, ""); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// The three Machines are still "settled" until the health check acts, so wait for the
+			// two unhealthy ones to be replaced before waiting for the control plane to settle.
+			framework.Eventually(t, 3*waitScale, func() error {
+				for _, m := range machines[1:] {
+					if c.machineByName(m.Name) != nil {
+						return fmt.Errorf("unhealthy Machine %s is still there", m.Name)
+					}
+				}
+				return nil
+			})
+			c.waitSettled(3, version, 3*waitScale)
+			if most, _ := w.result(); most > 4 {
+				t.Errorf("up to %d Machines at once, want at most 4", most)
+			}
+		})
+	}
+}
