@@ -41,10 +41,10 @@ type Cluster struct {
 	dir          string
 	pki          *clusterPKI
 
-	// k3sToken is the cluster token of the init server; k3sEtcd tells whether the cluster runs
-	// embedded etcd (--cluster-init).
-	k3sToken string
-	k3sEtcd  bool
+	// k3sPasswd is the supervisor's passwd file, written by the init server from its token and
+	// agent token; k3sEtcd tells whether the cluster runs embedded etcd (--cluster-init).
+	k3sPasswd k3sPasswd
+	k3sEtcd   bool
 	// single is k0s --single: the controller refuses every join.
 	single bool
 
@@ -146,7 +146,11 @@ func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, c
 		if err := checkK3sToken(t, cp.serverCA.Cert); err != nil {
 			return nil, refuse(ReasonBootstrapDataRefused, "k3s server token: %v", err)
 		}
-		c.k3sToken, c.k3sEtcd = t, p.flags.bool("cluster-init")
+		agent, err := p.agentToken()
+		if err != nil {
+			return nil, err
+		}
+		c.k3sPasswd, c.k3sEtcd = newK3sPasswd(t, agent), p.flags.bool("cluster-init")
 	}
 	if err := c.start(ctx, host, port, init); err != nil {
 		c.stopProcesses()
@@ -474,25 +478,85 @@ func errUnauthorized(why string) error {
 	return fmt.Errorf("join API answered 401 Unauthorized (%s)", why)
 }
 
-// k3sSupervisorJoin checks a joining k3s node's token the way the node and the supervisor
-// do: the CA hash in the token must match the server's CA (the node downloads /cacerts and
-// compares) and the password must be the cluster's.
-func (c *Cluster) k3sSupervisorJoin(t string) error {
+// k3sValidateToken is what a joining k3s node does before it authenticates: parse its secure
+// token and compare the CA hash it pins with the hash of the bundle the server serves at
+// /cacerts (k3s pkg/clientaccess/token.go, ParseAndValidateToken and validateCAHash). A
+// mismatch fails the join; the node logs it and retries (k3s pkg/agent/config/config.go).
+func (c *Cluster) k3sValidateToken(t string) (k3sToken, error) {
 	tok, err := parseK3sToken(t)
 	if err != nil {
-		return err
+		return k3sToken{}, err
 	}
 	if want := k3sCAHash(c.pki.serverCA.Cert); tok.caHash != want {
-		return fmt.Errorf("token CA hash %s does not match the server's CA hash %s", tok.caHash, want)
+		return k3sToken{}, fmt.Errorf("token CA hash %s does not match the Cluster CA certificate hash %s", tok.caHash, want)
 	}
-	cluster, err := parseK3sToken(c.k3sToken)
+	return tok, nil
+}
+
+// k3sAgentJoin checks a joining agent's token the way the agent and the supervisor do: the CA
+// hash must match, and the password must be the "node" user's of the supervisor's passwd file
+// (the agent authenticates as "node" whatever user its token names: k3s
+// pkg/agent/config/config.go, clientaccess.WithUser("node")). With an agent token given to
+// the servers, that is the password after "::node:" of their --agent-token-file (k3s
+// pkg/daemons/control/deps/deps.go getNodePass, pkg/passwd/passwd.go EnsureUser); the server
+// token's password then does not join agents.
+func (c *Cluster) k3sAgentJoin(t string) error {
+	tok, err := c.k3sValidateToken(t)
 	if err != nil {
 		return err
 	}
-	if tok.password != cluster.password {
+	if tok.password != c.k3sPasswd.node {
+		return errors.New("the supervisor answered 401 Unauthorized: the token's password is not the cluster's agent (node) password")
+	}
+	return nil
+}
+
+// k3sServerJoin checks a joining server's token the way the server and the supervisor do: the
+// CA hash must match and the server authenticates as "server" (k3s pkg/cluster/bootstrap.go,
+// shouldBootstrapLoad: clientaccess.WithUser("server")) with the "server" user's password of
+// the supervisor's passwd file, the only user allowed /v1-k3s/server-bootstrap (k3s
+// pkg/server/router.go). A token of user "node" (an agent token) is refused: k3s fails it
+// because its password is the agent password, not the server's; the simulation refuses it even
+// where both passwords are equal (k3s without a separate agent token), as a server holding the
+// agent token is a rendering mistake.
+func (c *Cluster) k3sServerJoin(t string) error {
+	tok, err := c.k3sValidateToken(t)
+	if err != nil {
+		return err
+	}
+	if tok.user == k3sNodeUser {
+		return errors.New("the supervisor answered 401 Unauthorized: the token is an agent token (user \"node\"); a server joins with the server token (user \"server\")")
+	}
+	if tok.password != c.k3sPasswd.server {
 		return errors.New("the supervisor answered 401 Unauthorized: the token's password is not the cluster's")
 	}
 	return nil
+}
+
+// k3sCheckServerAgentToken checks that a joining server keeps the cluster's agent password: on
+// every start k3s writes the "node" password of its own passwd file from its --agent-token-file
+// (or, without one, from its server token's password: getNodePass and genUsers in k3s
+// pkg/daemons/control/deps/deps.go, EnsureUser in pkg/passwd/passwd.go), so a server with
+// another agent token, or none, locks the cluster's agents out of its supervisor. k3s also
+// validates a joining server's configuration by authenticating as "node" with its agent token
+// (pkg/cluster/bootstrap.go compareConfig: some releases fail the join when that is refused,
+// others skip the validation with a warning), and k3s requires the agent token on every server
+// (k3s-io/k3s#4881). The document would fail the same way on every boot: a refusal. That
+// validation also checks the CA hash a secure agent token pins (ParseAndValidateToken), which
+// fails the join like any CA hash mismatch.
+func (c *Cluster) k3sCheckServerAgentToken(token, agentToken string) error {
+	if strings.HasPrefix(agentToken, "K10") {
+		if _, err := c.k3sValidateToken(agentToken); err != nil {
+			return retry(ReasonJoinFailed, "validating the cluster's configuration with the agent token (--agent-token-file): %v", err)
+		}
+	}
+	if newK3sPasswd(token, agentToken).node == c.k3sPasswd.node {
+		return nil
+	}
+	if agentToken == "" {
+		return refuse(ReasonBootstrapDataRefused, "the server has no --agent-token-file: k3s would set the agent (node) password to its server token's, which is not the cluster's agent password, and refuse the cluster's agents")
+	}
+	return refuse(ReasonBootstrapDataRefused, "the server's agent token (--agent-token-file) is not the cluster's: its password differs from the agent password the cluster's agents hold")
 }
 
 // checkK3sToken checks the token an init server was given against its CA: k3s refuses to start

@@ -15,8 +15,11 @@
 //     kube-apiserver on the cluster endpoint with exactly the PKI it was given; joining
 //     controllers and workers authenticate with exactly the token they were given (k0s worker:
 //     real bootstrap-token authentication and a CertificateSigningRequest against the
-//     workload API server; k0s controller: the checks of k0s' join API; k3s: the cluster token
-//     and the CA hash it pins), and fail with reason JoinFailed otherwise;
+//     workload API server; k0s controller: the checks of k0s' join API; k3s: the CA hash the
+//     token pins, then the supervisor's passwd file, whose "server" password joins servers and
+//     whose "node" password, from the init server's --agent-token-file, joins agents), and
+//     fail with reason JoinFailed otherwise (retrying); a joining k3s server whose agent token
+//     is not the cluster's, or missing, is refused (BootstrapDataRefused);
 //   - registers its Node (providerID, labels, taints, Ready) with a kubelet client certificate,
 //     joins etcd (k0s EtcdMember objects, k3s Node annotations) when it is a server, applies the
 //     manifests of its manifest directory, and only then writes

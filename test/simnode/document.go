@@ -218,6 +218,20 @@ func (p *plan) token() (string, error) {
 	return "", refuse(ReasonBootstrapDataRefused, "no --token-file or --token: the node cannot join")
 }
 
+// agentToken returns what a k3s server reads as its agent token: the content of the file
+// --agent-token-file names (which wins over --agent-token, as in k3s pkg/cli/server/server.go),
+// or --agent-token, or "" when the server is given none.
+func (p *plan) agentToken() (string, error) {
+	if path := p.flags.value("agent-token-file"); path != "" {
+		t, ok := p.files[path]
+		if !ok {
+			return "", refuse(ReasonBootstrapDataRefused, "--agent-token-file %s: the document does not write that file", path)
+		}
+		return strings.TrimSpace(t), nil
+	}
+	return p.flags.value("agent-token"), nil
+}
+
 // file returns a file the document writes.
 func (p *plan) file(path string) ([]byte, error) {
 	c, ok := p.files[path]

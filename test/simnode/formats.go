@@ -138,6 +138,54 @@ func k3sCAHash(bundle []byte) string {
 	return hex.EncodeToString(sum[:])
 }
 
+// The two users of a k3s server's passwd file (<data-dir>/server/cred/passwd, CSV
+// password,user,user,role; k3s pkg/passwd/passwd.go). Agents authenticate to the supervisor
+// as "node" whatever user their token names (k3s pkg/agent/config/config.go:
+// clientaccess.WithUser("node")); joining servers as "server" (k3s pkg/cluster/bootstrap.go,
+// shouldBootstrapLoad: clientaccess.WithUser("server")), and only the "server" user's role
+// k3s:server may read /v1-k3s/server-bootstrap (k3s pkg/server/router.go, serverAuthed).
+const (
+	k3sServerUser = "server"
+	k3sNodeUser   = "node"
+)
+
+// k3sPasswd is what the two users' entries of a k3s server's passwd file hold.
+type k3sPasswd struct{ server, node string }
+
+// newK3sPasswd computes the passwd entries a k3s server writes from its --token(-file) and
+// --agent-token(-file) values (k3s pkg/cli/server/server.go reads both files into
+// ControlConfig.Token and ControlConfig.AgentToken; pkg/daemons/control/deps/deps.go genUsers
+// then calls passwd.EnsureUser("node", getNodePass(...)) and EnsureUser("server", serverPass)):
+//   - the server password is the token (getServerPass: config.Token);
+//   - the node password is the agent token; without one, the password part of the token
+//     (getNodePass: clientaccess.ParseUsernamePassword(serverPass));
+//   - EnsureUser keeps only what follows "::<user>:" of a K10 token for that user, and stores
+//     anything else whole (k3sPasswdEntry).
+//
+// The simulated nodes accept only secure-format server tokens (parseK3sToken), so the
+// bare-password forms ParseUsernamePassword also reads are not modelled.
+func newK3sPasswd(token, agentToken string) k3sPasswd {
+	nodePass := agentToken
+	if nodePass == "" {
+		nodePass = token
+		if t, err := parseK3sToken(token); err == nil {
+			nodePass = t.password
+		}
+	}
+	return k3sPasswd{server: k3sPasswdEntry(k3sServerUser, token), node: k3sPasswdEntry(k3sNodeUser, nodePass)}
+}
+
+// k3sPasswdEntry is the password k3s stores for user from a value it is given (k3s
+// pkg/passwd/passwd.go, EnsureUser): for "K10<hash>::<user>:<password>" the password after
+// "::<user>:", for anything else (another user's token among them) the whole value.
+func k3sPasswdEntry(user, value string) string {
+	prefix := "::" + user + ":"
+	if i := strings.Index(value, prefix); i > 0 && strings.HasPrefix(value, "K10") {
+		return value[i+len(prefix):]
+	}
+	return value
+}
+
 // redactToken keeps a token's first characters for messages.
 func redactToken(s string) string {
 	if len(s) > 8 {

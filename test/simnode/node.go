@@ -457,8 +457,15 @@ func (n *Node) bootJoinServer(ctx context.Context, p *plan, name, installed stri
 		if c = n.runningCluster(ep); c == nil {
 			return retry(ReasonWaitingForControlPlane, "no k3s server answers at %s yet", ep)
 		}
-		if err := c.k3sSupervisorJoin(t); err != nil {
+		if err := c.k3sServerJoin(t); err != nil {
 			return retry(ReasonJoinFailed, "%v", err)
+		}
+		agent, err := p.agentToken()
+		if err != nil {
+			return err
+		}
+		if err := c.k3sCheckServerAgentToken(t, agent); err != nil {
+			return err
 		}
 	}
 	if ca := joinerCA(p); len(ca) > 0 && !sameCertificates(ca, c.pki.serverCA.Cert) {
@@ -666,7 +673,7 @@ func (n *Node) bootK3sAgent(ctx context.Context, p *plan, name, installed string
 	if c == nil {
 		return retry(ReasonWaitingForControlPlane, "no k3s server answers at %s yet", server)
 	}
-	if err := c.k3sSupervisorJoin(t); err != nil {
+	if err := c.k3sAgentJoin(t); err != nil {
 		return retry(ReasonJoinFailed, "%v", err)
 	}
 	// The supervisor issues the agent's kubelet client certificate.

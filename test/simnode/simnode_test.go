@@ -33,6 +33,9 @@ type world struct {
 	endpoint render.Endpoint
 	pki      *render.PKI
 	k3sToken string
+	// k3sAgentToken is the cluster's agent token: servers get it as AgentToken, agents as
+	// JoinToken.
+	k3sAgentToken string
 }
 
 func newWorld(t *testing.T, reg *simnode.Registry, dist render.Distribution) *world {
@@ -59,6 +62,9 @@ func newWorld(t *testing.T, reg *simnode.Registry, dist render.Distribution) *wo
 		if w.k3sToken, err = token.NewK3sToken(w.pki.ClusterCA.Cert); err != nil {
 			t.Fatal(err)
 		}
+		if w.k3sAgentToken, err = token.NewK3sAgentToken(w.pki.ClusterCA.Cert); err != nil {
+			t.Fatal(err)
+		}
 	}
 	t.Cleanup(func() { reg.StopCluster(w.endpointString()) })
 	return w
@@ -75,6 +81,9 @@ func (w *world) doc(n render.Node) []byte {
 		n.KubernetesVersion = version
 	}
 	n.Users = []render.User{{Name: "kairos", Password: "s3cret"}}
+	if w.dist == render.K3s && n.Role == render.RoleControlPlane && n.AgentToken == "" {
+		n.AgentToken = w.k3sAgentToken
+	}
 	data, err := render.Document(n)
 	if err != nil {
 		w.t.Fatal(err)
@@ -107,7 +116,10 @@ func waitPhase(t *testing.T, n *simnode.Node, phase simnode.Phase, reason string
 func (w *world) workerToken(c *simnode.Cluster, role token.K0sTokenRole) string {
 	w.t.Helper()
 	if w.dist == render.K3s {
-		return w.k3sToken
+		if role == token.K0sControllerToken {
+			return w.k3sToken
+		}
+		return w.k3sAgentToken
 	}
 	bt, err := token.NewBootstrapToken()
 	if err != nil {
@@ -142,7 +154,7 @@ func (w *world) wrongToken() string {
 		if err != nil {
 			w.t.Fatal(err)
 		}
-		t, err := token.FormatK3sToken(hash, "server", "0123456789abcdef0123456789abcdef")
+		t, err := token.FormatK3sToken(hash, token.K3sAgentUser, "0123456789abcdef0123456789abcdef")
 		if err != nil {
 			w.t.Fatal(err)
 		}
@@ -302,5 +314,119 @@ func TestNodes(t *testing.T) {
 			}
 			t.Logf("%s took %s", dist, time.Since(start))
 		})
+	}
+}
+
+// TestK3sAgentTokens drives simulated k3s nodes against one cluster whose servers were given
+// an agent token: an agent with the agent token joins; an agent with another password, with
+// the server token or with a token pinned to another CA, and a server holding the agent token
+// as its join token, fail their join and keep retrying (JoinFailed); a joining server without
+// the cluster's agent token is refused (BootstrapDataRefused) before it joins etcd.
+func TestK3sAgentTokens(t *testing.T) {
+	reg, err := simnode.NewRegistry(simnode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	w := newWorld(t, reg, render.K3s)
+	cp := w.start("cp-0", w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-0"}), "")
+	waitPhase(t, cp, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
+	c := reg.Cluster(w.endpointString())
+
+	hash, err := token.K3sCAHash(w.pki.ClusterCA.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _, agentPassword, err := token.ParseK3sToken(w.k3sAgentToken)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherCA, err := pki.NewCA("other-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	otherHash, err := token.K3sCAHash(otherCA.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustToken := func(hash, user, password string) string {
+		t.Helper()
+		s, err := token.FormatK3sToken(hash, user, password)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	otherAgentToken, err := token.NewK3sAgentToken(w.pki.ClusterCA.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentDoc := func(joinToken string) []byte {
+		return w.doc(render.Node{Role: render.RoleWorker, JoinToken: joinToken})
+	}
+	serverDoc := func(name, agentToken string) []byte {
+		return w.doc(render.Node{Role: render.RoleControlPlane, PKI: w.pki, JoinToken: w.k3sToken, AgentToken: agentToken, Hostname: name})
+	}
+	replace := func(doc []byte, old, new string) []byte {
+		t.Helper()
+		if !strings.Contains(string(doc), old) {
+			t.Fatalf("the document does not contain %q", old)
+		}
+		return []byte(strings.ReplaceAll(string(doc), old, new))
+	}
+
+	cases := []struct {
+		name   string
+		doc    []byte
+		phase  simnode.Phase
+		reason string
+		// message is part of the node's status message.
+		message string
+	}{
+		{name: "agent", doc: agentDoc(w.k3sAgentToken), phase: simnode.PhaseRunning, reason: simnode.ReasonRunning},
+		{name: "agent-wrong-password", doc: agentDoc(mustToken(hash, token.K3sAgentUser, "00000000000000000000000000000000")),
+			phase: simnode.PhaseBooting, reason: simnode.ReasonJoinFailed, message: "401 Unauthorized"},
+		{name: "agent-other-ca", doc: agentDoc(mustToken(otherHash, token.K3sAgentUser, agentPassword)),
+			phase: simnode.PhaseBooting, reason: simnode.ReasonJoinFailed, message: "does not match the Cluster CA certificate hash"},
+		// The renderer refuses to give agents the server token; a node handed it anyway is
+		// refused by the supervisor (its password is not the agent password).
+		{name: "agent-server-token", doc: replace(agentDoc(w.k3sAgentToken), w.k3sAgentToken, w.k3sToken),
+			phase: simnode.PhaseBooting, reason: simnode.ReasonJoinFailed, message: "401 Unauthorized"},
+		// A server joining with the agent token (user "node") as its --token-file.
+		{name: "server-node-token", doc: replace(serverDoc("cp-node-token", ""), "content: "+w.k3sToken, "content: "+w.k3sAgentToken),
+			phase: simnode.PhaseBooting, reason: simnode.ReasonJoinFailed, message: `user "node"`},
+		{name: "server-no-agent-token", doc: replace(serverDoc("cp-no-agent-token", ""), "- --agent-token-file="+render.K3sAgentTokenPath+"\n", ""),
+			phase: simnode.PhaseRefused, reason: simnode.ReasonBootstrapDataRefused, message: "no --agent-token-file"},
+		{name: "server-other-agent-token", doc: serverDoc("cp-other-agent-token", otherAgentToken),
+			phase: simnode.PhaseRefused, reason: simnode.ReasonBootstrapDataRefused, message: "agent token (--agent-token-file) is not the cluster's"},
+	}
+	nodes := map[string]*simnode.Node{}
+	for _, tc := range cases {
+		nodes[tc.name] = w.start(tc.name, tc.doc, "")
+	}
+	for _, tc := range cases {
+		n := nodes[tc.name]
+		waitPhase(t, n, tc.phase, tc.reason, 2*time.Minute)
+		if msg := n.Status().Message; !strings.Contains(msg, tc.message) {
+			t.Errorf("%s: message %q does not contain %q", tc.name, msg, tc.message)
+		}
+		if tc.phase != simnode.PhaseRunning && n.SentinelExists() {
+			t.Errorf("%s: refused but wrote its sentinel", tc.name)
+		}
+		t.Logf("%s: %s", tc.name, n)
+	}
+	if n := node(t, c.AdminClient(), "agent"); n.Spec.ProviderID != nodes["agent"].ProviderID() {
+		t.Errorf("agent Node %+v", n.Spec)
+	}
+	// Refused servers never became etcd members; the failing joins are still retrying.
+	if m := c.EtcdMembers(); len(m) != 1 {
+		t.Errorf("etcd members %+v, want only cp-0", m)
+	}
+	for _, tc := range cases {
+		if tc.reason == simnode.ReasonJoinFailed {
+			if s := nodes[tc.name].Status(); s.Phase != simnode.PhaseBooting || s.Reason != simnode.ReasonJoinFailed {
+				t.Errorf("%s stopped retrying: %s", tc.name, nodes[tc.name])
+			}
+		}
 	}
 }
