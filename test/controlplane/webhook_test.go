@@ -165,9 +165,15 @@ var invalidControlPlanes = []struct {
 		[]string{"spec.machineNaming.template", "use .cluster.name, .kairosControlPlane.name and .random"}},
 	// the embedded KairosConfig spec must render, as the bootstrap provider would
 	{"embedded spec conflicts with a fragment", func(s *cpSpec) {
-		s.KairosConfigSpec.Hostname = "node-1"
-		s.KairosConfigSpec.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "host", Content: "hostname: other"}}
+		s.KairosConfigSpec.HostnamePrefix = "node-"
+		s.KairosConfigSpec.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "host", Content: `hostname: "cp-{{ trunc 4 .MachineID }}"`}}
 	}, []string{"spec.kairosConfigSpec.cloudConfigFragments[0].content", `key "hostname" is set by both "generated" and fragment "host"`}},
+	// every control-plane Machine gets the embedded spec: no literal hostname
+	{"embedded literal hostname", func(s *cpSpec) { s.KairosConfigSpec.Hostname = "cp" },
+		[]string{"spec.kairosConfigSpec.hostname", `would be named "cp"`, "use hostnamePrefix"}},
+	{"embedded fragment with a literal hostname", func(s *cpSpec) {
+		s.KairosConfigSpec.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "host", Content: "hostname: cp"}}
+	}, []string{"spec.kairosConfigSpec.cloudConfigFragments[0].content", `sets the literal hostname "cp"`}},
 }
 
 func assertRejected(t *testing.T, err error, want []string) {
@@ -236,6 +242,9 @@ var invalidTemplates = []struct {
 	{"machine metadata", func(r *controlplanev1.KairosControlPlaneTemplateResource) {
 		r.Spec.MachineTemplate.ObjectMeta.Annotations = map[string]string{"a/b/c": "x"}
 	}, []string{"spec.template.spec.machineTemplate.metadata.annotations", "a/b/c"}},
+	{"embedded literal hostname", func(r *controlplanev1.KairosControlPlaneTemplateResource) {
+		r.Spec.KairosConfigSpec.Hostname = "cp"
+	}, []string{"spec.template.spec.kairosConfigSpec.hostname", "use hostnamePrefix"}},
 }
 
 func validTemplate(ns, name string) *controlplanev1.KairosControlPlaneTemplate {
@@ -290,6 +299,7 @@ func TestInvalidUpdates(t *testing.T) {
 		{name: "scale to one with maxSurge 0", create: func(s *cpSpec) { s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(intstr.FromInt32(0)) },
 			update: func(s *cpSpec) { s.Replicas = ptr.To[int32](1) }, want: []string{"spec.rollout.strategy.rollingUpdate.maxSurge", "at least 3 replicas"}},
 		{name: "scale to an even number", update: func(s *cpSpec) { s.Replicas = ptr.To[int32](4) }, want: []string{"spec.replicas", "must be odd"}},
+		{name: "literal hostname", update: func(s *cpSpec) { s.KairosConfigSpec.Hostname = "cp" }, want: []string{"spec.kairosConfigSpec.hostname", "use hostnamePrefix"}},
 		// Accepted changes.
 		{name: "patch upgrade", update: func(s *cpSpec) { s.Version = "v1.31.9" }},
 		{name: "minor upgrade", update: func(s *cpSpec) { s.Version = "v1.32.0" }},

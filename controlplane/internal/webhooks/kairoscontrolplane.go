@@ -46,6 +46,7 @@ func (w *KairosControlPlane) Default(_ context.Context, c *controlplanev1.Kairos
 func (w *KairosControlPlane) ValidateCreate(_ context.Context, c *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
 	spec := defaulted(c)
 	errs := spec.Validate(field.NewPath("spec"))
+	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, field.NewPath("spec"))...)
 	return spec.Warnings(field.NewPath("spec")), invalid("KairosControlPlane", c.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, field.NewPath("spec")))
 }
 
@@ -54,7 +55,16 @@ func (w *KairosControlPlane) ValidateCreate(_ context.Context, c *controlplanev1
 func (w *KairosControlPlane) ValidateUpdate(_ context.Context, oldC, newC *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
 	spec := defaulted(newC)
 	errs := spec.ValidateUpdate(defaulted(oldC), field.NewPath("spec"))
+	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, field.NewPath("spec"))...)
 	return spec.Warnings(field.NewPath("spec")), invalid("KairosControlPlane", newC.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, field.NewPath("spec")))
+}
+
+// validateSharedConfig applies the bootstrap provider's rules for specs many Machines share to
+// the embedded kairosConfigSpec: every control-plane Machine gets it, so a literal hostname (in
+// the spec or in a fragment) would give them all the same name. fld is the spec holding
+// kairosConfigSpec.
+func validateSharedConfig(cfg *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
+	return cfg.ValidateTemplate(fld.Child("kairosConfigSpec"))
 }
 
 // withDryRun adds the bootstrap provider's dry render of the inline KairosConfig spec, so that a
@@ -143,5 +153,6 @@ func validateTemplate(t *controlplanev1.KairosControlPlaneTemplate) field.ErrorL
 	fld := field.NewPath("spec", "template", "spec")
 	errs := t.Spec.Template.ObjectMeta.Validate(field.NewPath("spec", "template", "metadata"))
 	errs = append(errs, spec.Validate(fld)...)
+	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, fld)...)
 	return withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, fld)
 }

@@ -113,6 +113,13 @@ func TestKairosControlPlaneTemplateCreateAndDefault(t *testing.T) {
 	if _, err := w.ValidateCreate(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "spec.template.spec.kairosConfigSpec.role") {
 		t.Errorf("worker role accepted: %v", err)
 	}
+	literal := kcpTemplate(nil, func(s *controlplanev1.KairosControlPlaneTemplateResourceSpec) {
+		s.KairosConfigSpec.Hostname = "cp"
+	})
+	if _, err := w.ValidateCreate(context.Background(), literal); err == nil || !apierrors.IsInvalid(err) ||
+		!strings.Contains(err.Error(), `spec.template.spec.kairosConfigSpec.hostname: Forbidden: every Machine created from this template would be named "cp"`) {
+		t.Errorf("literal hostname accepted: %v", err)
+	}
 	badMeta := kcpTemplate(nil, nil)
 	badMeta.Spec.Template.ObjectMeta.Labels = map[string]string{"not a label!": "x"}
 	if _, err := w.ValidateCreate(context.Background(), badMeta); err == nil || !strings.Contains(err.Error(), "spec.template.metadata") {
@@ -169,6 +176,16 @@ func TestKairosControlPlaneWebhook(t *testing.T) {
 				s.KairosConfigSpec.Files = []bootstrapv1.File{{Path: "/etc/k0s/k0s.yaml", Content: "x"}}
 			},
 			wantErr: "spec.kairosConfigSpec.files[0].path: Invalid value: \"/etc/k0s/k0s.yaml\" is written by the renderer"},
+		{name: "literal hostname: every control-plane Machine would share it",
+			mutate:  func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.Hostname = "cp" },
+			wantErr: `spec.kairosConfigSpec.hostname: Forbidden: every Machine created from this template would be named "cp": use hostnamePrefix`},
+		{name: "fragment with a literal hostname",
+			mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+				s.KairosConfigSpec.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "host", Content: "hostname: cp"}}
+			},
+			wantErr: `spec.kairosConfigSpec.cloudConfigFragments[0].content: Forbidden: fragment "host" sets the literal hostname "cp"`},
+		{name: "hostnamePrefix accepted",
+			mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.HostnamePrefix = "cp-" }},
 		{name: "template reference: no dry render of the empty inline spec",
 			mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}
@@ -207,6 +224,10 @@ func TestKairosControlPlaneWebhook(t *testing.T) {
 		_, err = w.ValidateUpdate(ctx, old, kcp(func(s *controlplanev1.KairosControlPlaneSpec) { s.Distribution = bootstrapv1.DistributionK3s }))
 		if err == nil || !strings.Contains(err.Error(), "spec.distribution") {
 			t.Errorf("distribution change: %v", err)
+		}
+		_, err = w.ValidateUpdate(ctx, old, kcp(func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.Hostname = "cp" }))
+		if err == nil || !strings.Contains(err.Error(), "spec.kairosConfigSpec.hostname: Forbidden") {
+			t.Errorf("literal hostname on update: %v", err)
 		}
 		// An object stored before distribution was defaulted compares as k0s.
 		undefaulted := kcp(nil)
