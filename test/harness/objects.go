@@ -53,6 +53,11 @@ type ClusterOptions struct {
 	Labels, Annotations map[string]string
 	// Paused creates the Cluster paused.
 	Paused bool
+	// ClusterNetwork is the Cluster's spec.clusterNetwork.
+	ClusterNetwork clusterv1.ClusterNetwork
+	// LoadBalancer, when set, puts the endpoint in front of another port on the control-plane
+	// nodes (KairosSimCluster spec.loadBalancer).
+	LoadBalancer *infrav1.KairosSimLoadBalancer
 }
 
 // TestCluster is a Cluster on KairosSimCluster infrastructure.
@@ -66,7 +71,7 @@ type TestCluster struct {
 func (h *Harness) CreateCluster(ctx context.Context, namespace, name string, o ClusterOptions) (*TestCluster, error) {
 	infra := &infrav1.KairosSimCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
-		Spec:       infrav1.KairosSimClusterSpec{FailureDomains: o.FailureDomains},
+		Spec:       infrav1.KairosSimClusterSpec{FailureDomains: o.FailureDomains, LoadBalancer: o.LoadBalancer},
 	}
 	if err := h.Client.Create(ctx, infra); err != nil {
 		return nil, fmt.Errorf("creating KairosSimCluster: %w", err)
@@ -74,7 +79,8 @@ func (h *Harness) CreateCluster(ctx context.Context, namespace, name string, o C
 	cluster := &clusterv1.Cluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: o.Labels, Annotations: o.Annotations},
 		Spec: clusterv1.ClusterSpec{
-			Paused: ptr.To(o.Paused),
+			Paused:         ptr.To(o.Paused),
+			ClusterNetwork: o.ClusterNetwork,
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
 				APIGroup: infrav1.GroupVersion.Group, Kind: "KairosSimCluster", Name: name,
 			},

@@ -50,6 +50,9 @@ type cpOptions struct {
 	version        string
 	failureDomains []string
 	mutate         func(*controlplanev1.KairosControlPlaneSpec)
+	// cluster shapes the Cluster and its KairosSimCluster (failure domains come from
+	// failureDomains).
+	cluster harness.ClusterOptions
 }
 
 // newControlPlaneCluster creates a Cluster on simulated infrastructure with a KairosControlPlane.
@@ -62,12 +65,12 @@ func newControlPlaneCluster(t *testing.T, dist bootstrapv1.Distribution, o cpOpt
 	for _, fd := range o.failureDomains {
 		fds = append(fds, infrav1.KairosSimFailureDomain{Name: fd, ControlPlane: ptr.To(true)})
 	}
-	tc := h.NewCluster(t, ns, name, harness.ClusterOptions{
-		FailureDomains: fds,
-		ControlPlaneRef: &clusterv1.ContractVersionedObjectReference{
-			APIGroup: controlplanev1.GroupVersion.Group, Kind: "KairosControlPlane", Name: name,
-		},
-	})
+	co := o.cluster
+	co.FailureDomains = fds
+	co.ControlPlaneRef = &clusterv1.ContractVersionedObjectReference{
+		APIGroup: controlplanev1.GroupVersion.Group, Kind: "KairosControlPlane", Name: name,
+	}
+	tc := h.NewCluster(t, ns, name, co)
 	tmpl := &infrav1.KairosSimMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-cp"}}
 	if err := h.Client.Create(ctx, tmpl); err != nil {
 		t.Fatal(err)

@@ -335,9 +335,25 @@ type k0sAPI struct {
 	} `yaml:"spec"`
 }
 
-// serverEndpoint is where an init node serves its API: from the k0s ClusterConfig, or from
-// k3s' --https-listen-port and --tls-san.
-func (p *plan) serverEndpoint() (string, error) {
+// apiServing is how a server's API is reached, as its distribution configures it.
+type apiServing struct {
+	// host is the address the server serves: k0s' spec.api.externalAddress (else
+	// spec.api.address), the first k3s --tls-san.
+	host string
+	// advertisedPort is where k0s sends clients (kube-proxy, the in-cluster "kubernetes"
+	// Endpoints, its kubeconfigs): the port of a host:port externalAddress, else spec.api.port
+	// (k0s pkg/apis/k0s/v1beta1/api.go; host:port accepted since k0s PR #6411,
+	// https://github.com/k0sproject/k0s/pull/6411). 0 for k3s, whose clients keep using the
+	// --server URL they were given.
+	advertisedPort int
+	// listenPort is the port the API server binds on the node: k0s spec.api.port, k3s
+	// --https-listen-port; 6443 by default in both.
+	listenPort int
+}
+
+// apiServing reads how a server serves its API: from the k0s ClusterConfig, or from k3s'
+// --https-listen-port and --tls-san.
+func (p *plan) apiServing() (apiServing, error) {
 	if p.distribution == render.K0s {
 		path := p.flags.value("config")
 		if path == "" {
@@ -345,37 +361,46 @@ func (p *plan) serverEndpoint() (string, error) {
 		}
 		raw, err := p.file(path)
 		if err != nil {
-			return "", err
+			return apiServing{}, err
 		}
 		var c k0sAPI
 		if err := yaml.Unmarshal(raw, &c); err != nil {
-			return "", refuse(ReasonBootstrapDataRefused, "%s is not a k0s ClusterConfig: %v", path, err)
+			return apiServing{}, refuse(ReasonBootstrapDataRefused, "%s is not a k0s ClusterConfig: %v", path, err)
 		}
-		host, port := c.Spec.API.ExternalAddress, c.Spec.API.Port
-		if host == "" {
-			host = c.Spec.API.Address
+		s := apiServing{host: c.Spec.API.ExternalAddress, listenPort: c.Spec.API.Port}
+		if s.listenPort == 0 {
+			s.listenPort = 6443
 		}
-		if port == 0 {
-			port = 6443
+		s.advertisedPort = s.listenPort
+		if host, port, err := net.SplitHostPort(s.host); err == nil {
+			n, err := strconv.Atoi(port)
+			if err != nil || n < 1 || n > 65535 {
+				return apiServing{}, refuse(ReasonBootstrapDataRefused, "%s: spec.api.externalAddress %q has no valid port", path, s.host)
+			}
+			s.host, s.advertisedPort = host, n
 		}
-		if host == "" {
-			return "", refuse(ReasonBootstrapDataRefused, "%s sets no spec.api.externalAddress", path)
+		if s.host == "" {
+			s.host = c.Spec.API.Address
 		}
-		return net.JoinHostPort(host, strconv.Itoa(port)), nil
+		if s.host == "" {
+			return apiServing{}, refuse(ReasonBootstrapDataRefused, "%s sets no spec.api.externalAddress", path)
+		}
+		return s, nil
 	}
-	port := 6443
+	s := apiServing{listenPort: 6443}
 	if v := p.flags.value("https-listen-port"); v != "" {
 		n, err := strconv.Atoi(v)
 		if err != nil {
-			return "", refuse(ReasonBootstrapDataRefused, "--https-listen-port %q is not a port", v)
+			return apiServing{}, refuse(ReasonBootstrapDataRefused, "--https-listen-port %q is not a port", v)
 		}
-		port = n
+		s.listenPort = n
 	}
 	sans := p.flags.list("tls-san")
 	if len(sans) == 0 {
-		return "", refuse(ReasonBootstrapDataRefused, "no --tls-san: the server would not serve the cluster endpoint")
+		return apiServing{}, refuse(ReasonBootstrapDataRefused, "no --tls-san: the server would not serve the cluster endpoint")
 	}
-	return net.JoinHostPort(sans[0], strconv.Itoa(port)), nil
+	s.host = sans[0]
+	return s, nil
 }
 
 // serverURLEndpoint returns host:port of an https URL.

@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -85,6 +86,9 @@ type NodeSpec struct {
 	ProviderID string
 	// Endpoint is host:port of the machine's cluster (the KairosSimCluster's endpoint).
 	Endpoint string
+	// APIBackendPort is the port the endpoint forwards to on control-plane nodes, as a load
+	// balancer does (443 -> 6443); 0 means the nodes serve the endpoint's own port.
+	APIBackendPort int
 	// Data is the bootstrap document (the bootstrap Secret's value).
 	Data []byte
 	// InstalledVersion is what the image ships (KairosSimMachine spec.installedVersion); empty
@@ -380,14 +384,32 @@ func (n *Node) boot(ctx context.Context, p *plan, name, installed string) error 
 }
 
 // checkEndpoint makes sure a server serves the endpoint of its machine's cluster: bootstrap data
-// rendered for another endpoint would leave the cluster unreachable.
+// rendered for another endpoint would leave the cluster unreachable. Behind a load balancer
+// (NodeSpec.APIBackendPort) the API server must listen on the port the balancer forwards to,
+// and k0s must send its clients to the endpoint's port, not to the port it listens on.
 func (n *Node) checkEndpoint(p *plan) error {
-	ep, err := p.serverEndpoint()
+	s, err := p.apiServing()
 	if err != nil {
 		return err
 	}
-	if ep != n.spec.Endpoint {
-		return refuse(ReasonBootstrapDataRefused, "the document serves the API at %s, but the machine's cluster endpoint is %s", ep, n.spec.Endpoint)
+	host, portText, err := net.SplitHostPort(n.spec.Endpoint)
+	if err != nil {
+		return fmt.Errorf("the machine's cluster endpoint %q: %w", n.spec.Endpoint, err)
+	}
+	port, _ := strconv.Atoi(portText)
+	if s.host != host {
+		return refuse(ReasonBootstrapDataRefused, "the document serves the API at host %s, but the machine's cluster endpoint is %s", s.host, n.spec.Endpoint)
+	}
+	if s.advertisedPort != 0 && s.advertisedPort != port {
+		return refuse(ReasonBootstrapDataRefused, "k0s would send its clients to %s, but the cluster endpoint is %s (set spec.api.externalAddress to host:port)",
+			net.JoinHostPort(host, strconv.Itoa(s.advertisedPort)), n.spec.Endpoint)
+	}
+	backend := n.spec.APIBackendPort
+	if backend == 0 {
+		backend = port
+	}
+	if s.listenPort != backend {
+		return refuse(ReasonBootstrapDataRefused, "the API server listens on port %d, but the cluster endpoint %s forwards to port %d on the control-plane nodes", s.listenPort, n.spec.Endpoint, backend)
 	}
 	return nil
 }

@@ -184,10 +184,14 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, cluster *cluste
 		if !ok {
 			return ctrl.Result{}, fmt.Errorf("bootstrap data Secret %s has no value key", key.Name)
 		}
-		var err error
+		backend, err := r.apiBackendPort(ctx, cluster)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
 		node, err = r.Registry.StartNode(simnode.NodeSpec{
 			Namespace: m.Namespace, Name: m.Name, ProviderID: providerID,
 			Endpoint:         net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port))),
+			APIBackendPort:   backend,
 			Data:             data,
 			InstalledVersion: m.Spec.InstalledVersion,
 		})
@@ -227,4 +231,21 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, cluster *cluste
 		return ctrl.Result{RequeueAfter: bootingRequeue}, nil
 	}
 	return ctrl.Result{}, nil
+}
+
+// apiBackendPort is the port the cluster's endpoint forwards to on control-plane nodes: the
+// KairosSimCluster's load balancer backend port, or 0 when the nodes serve the endpoint port.
+func (r *MachineReconciler) apiBackendPort(ctx context.Context, cluster *clusterv1.Cluster) (int, error) {
+	ref := cluster.Spec.InfrastructureRef
+	if ref.Kind != "KairosSimCluster" || ref.APIGroup != infrav1.GroupVersion.Group {
+		return 0, nil
+	}
+	sc := &infrav1.KairosSimCluster{}
+	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: ref.Name}, sc); err != nil {
+		return 0, fmt.Errorf("reading KairosSimCluster %s: %w", ref.Name, err)
+	}
+	if sc.Spec.LoadBalancer == nil {
+		return 0, nil
+	}
+	return int(sc.Spec.LoadBalancer.BackendPort), nil
 }

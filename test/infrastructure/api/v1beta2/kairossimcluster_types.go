@@ -20,6 +20,23 @@ type KairosSimClusterSpec struct {
 	// +listMapKey=name
 	// +kubebuilder:validation:MaxItems=32
 	FailureDomains []KairosSimFailureDomain `json:"failureDomains,omitempty"`
+
+	// loadBalancer, when set, makes the endpoint a load balancer that forwards to another port
+	// on the control-plane nodes, the way a cloud load balancer listening on 443 forwards to
+	// 6443: a control-plane node whose API server does not listen on backendPort is never
+	// reached through the endpoint. Unset: the nodes serve the endpoint's port themselves.
+	// +optional
+	LoadBalancer *KairosSimLoadBalancer `json:"loadBalancer,omitempty"`
+}
+
+// KairosSimLoadBalancer is the load balancer in front of a simulated cluster's API servers.
+type KairosSimLoadBalancer struct {
+	// backendPort is the port the load balancer forwards the endpoint to on every
+	// control-plane node.
+	// +required
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=65535
+	BackendPort int32 `json:"backendPort"`
 }
 
 // KairosSimFailureDomain is one failure domain of a simulated cluster.
