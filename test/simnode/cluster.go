@@ -381,7 +381,7 @@ func (c *Cluster) stopProcesses() {
 	}
 	c.mu.Unlock()
 	for _, e := range servers {
-		e.kill()
+		e.shutdown()
 	}
 }
 

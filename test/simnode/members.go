@@ -11,7 +11,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"math/big"
 	"net"
 	"net/url"
@@ -66,6 +65,10 @@ type etcdServer struct {
 	ca      pki.KeyPair
 	ip      string
 	local   string // the node's own loopback client address (host:port)
+	// peerLocal is the member's private peer listener; its peer address is a proxy in front of
+	// it (network.go), so that a test can partition the member.
+	peerLocal string
+	proxy     *peerProxy
 	exposed bool   // also serves clients at <ip>:2379
 	learner bool   // joined as a learner (k3s), until promoted
 
@@ -93,10 +96,15 @@ func newEtcdServer(n *Node, name string, ca pki.KeyPair, exposed bool) (*etcdSer
 	if err != nil {
 		return nil, err
 	}
+	peerPort, err := freePort()
+	if err != nil {
+		return nil, err
+	}
 	e := &etcdServer{
 		node: n, name: name, ca: ca, ip: n.ip, exposed: exposed,
-		dir:   filepath.Join(n.root, "var", "lib", "sim-etcd"),
-		local: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		dir:       filepath.Join(n.root, "var", "lib", "sim-etcd"),
+		local:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		peerLocal: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort)),
 	}
 	if err := os.MkdirAll(e.dir, 0o700); err != nil {
 		return nil, err
@@ -136,7 +144,7 @@ func (e *etcdServer) start(initialCluster, state string) error {
 	e.args = []string{
 		"--name=" + e.name,
 		"--data-dir=" + f("data"),
-		"--listen-peer-urls=" + e.peerURL(),
+		"--listen-peer-urls=https://" + e.peerLocal,
 		"--initial-advertise-peer-urls=" + e.peerURL(),
 		"--listen-client-urls=" + clientURLs,
 		"--advertise-client-urls=" + advertise,
@@ -158,6 +166,17 @@ func (e *etcdServer) run() error {
 	defer e.mu.Unlock()
 	if e.proc != nil && !e.proc.exited() {
 		return nil
+	}
+	if e.proxy == nil {
+		cert, err := tls.LoadX509KeyPair(filepath.Join(e.dir, "peer.crt"), filepath.Join(e.dir, "peer.key"))
+		if err != nil {
+			return fmt.Errorf("loading the etcd peer certificate: %w", err)
+		}
+		proxy, err := newPeerProxy(&e.node.reg.peers, e.key(), net.JoinHostPort(e.ip, strconv.Itoa(etcdPeerPort)), e.peerLocal, cert, e.ca.Cert)
+		if err != nil {
+			return fmt.Errorf("listening on the etcd peer address: %w", err)
+		}
+		e.proxy = proxy
 	}
 	p, err := startProcess(e.dir, "etcd", filepath.Join(e.node.reg.assets, "etcd"), e.args)
 	if err != nil {
@@ -197,6 +216,21 @@ func (e *etcdServer) kill() {
 	e.mu.Unlock()
 	p.stop(0)
 }
+
+// shutdown kills the member and stops listening on its peer address: its machine is off.
+func (e *etcdServer) shutdown() {
+	e.kill()
+	e.mu.Lock()
+	proxy := e.proxy
+	e.proxy = nil
+	e.mu.Unlock()
+	if proxy != nil {
+		proxy.close()
+	}
+}
+
+// key names the member in the registry's peer network.
+func (e *etcdServer) key() memberKey { return memberKey{ca: string(e.ca.Cert), name: e.name} }
 
 // issue signs an ECDSA certificate with the etcd CA (ECDSA keys: the simulation issues many).
 func issue(ca pki.KeyPair, cn string, sans []string, usages []x509.ExtKeyUsage) (certPEM, keyPEM []byte, err error) {
@@ -275,7 +309,7 @@ type etcdBalancer struct {
 	members func() []string
 	next    int
 	mu      sync.Mutex
-	conns   map[net.Conn]struct{}
+	conns   map[net.Conn]string // open connection -> the member address it goes to
 	closed  bool
 }
 
@@ -284,7 +318,7 @@ func newEtcdBalancer(members func() []string) (*etcdBalancer, error) {
 	if err != nil {
 		return nil, err
 	}
-	b := &etcdBalancer{l: l, members: members, conns: map[net.Conn]struct{}{}}
+	b := &etcdBalancer{l: l, members: members, conns: map[net.Conn]string{}}
 	go b.serve()
 	return b, nil
 }
@@ -308,39 +342,47 @@ func (b *etcdBalancer) forward(c net.Conn) {
 	b.next++
 	b.mu.Unlock()
 	var backend net.Conn
+	var target string
 	for i := range members {
-		conn, err := net.DialTimeout("tcp", members[(start+i)%len(members)], 300*time.Millisecond)
+		target = members[(start+i)%len(members)]
+		conn, err := net.DialTimeout("tcp", target, 300*time.Millisecond)
 		if err == nil {
 			backend = conn
 			break
 		}
 	}
-	if backend == nil || !b.track(c, backend) {
+	if backend == nil || !b.track(target, c, backend) {
 		_ = c.Close()
 		if backend != nil {
 			_ = backend.Close()
 		}
 		return
 	}
-	done := make(chan struct{}, 2)
-	go func() { _, _ = io.Copy(backend, c); done <- struct{}{} }()
-	go func() { _, _ = io.Copy(c, backend); done <- struct{}{} }()
-	<-done
-	_ = c.Close()
-	_ = backend.Close()
+	pipe(c, backend)
 	b.untrack(c, backend)
 }
 
-func (b *etcdBalancer) track(conns ...net.Conn) bool {
+func (b *etcdBalancer) track(target string, conns ...net.Conn) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
 		return false
 	}
 	for _, c := range conns {
-		b.conns[c] = struct{}{}
+		b.conns[c] = target
 	}
 	return true
+}
+
+// breakTo closes the open connections to one member.
+func (b *etcdBalancer) breakTo(target string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for c, t := range b.conns {
+		if t == target {
+			_ = c.Close()
+		}
+	}
 }
 
 func (b *etcdBalancer) untrack(conns ...net.Conn) {
@@ -393,7 +435,10 @@ func (c *Cluster) memberServers() []string {
 	defer c.mu.Unlock()
 	var out []string
 	for _, e := range c.servers {
-		if e.running() {
+		// A partitioned member's API server fails its /readyz etcd check, and a load balancer
+		// health-checking the API servers stops sending it requests: the cluster's one API
+		// server stands for all of them, so it stops using that member.
+		if e.running() && !c.reg.peers.isCut(e.key()) {
 			out = append(out, e.local)
 		}
 	}

@@ -19,7 +19,8 @@ import (
 
 // TestEtcdMembersAreReal: three control-plane nodes form a three-member etcd with real member
 // adds (k3s: learners, promoted), each member peering at its node's address; the API server
-// keeps working with one member's etcd killed and fails with two killed, until they return;
+// keeps working with one member's etcd killed or partitioned and fails with two killed or
+// partitioned, until they return;
 // k0s serves etcd's client port on the node address only when its ClusterConfig says so.
 func TestEtcdMembersAreReal(t *testing.T) {
 	reg, err := simnode.NewRegistry(simnode.Options{})
@@ -96,6 +97,33 @@ func TestEtcdMembersAreReal(t *testing.T) {
 			framework.Eventually(t, time.Minute, func() error {
 				if err := write("back"); err != nil {
 					return fmt.Errorf("after the members returned: %w", err)
+				}
+				return nil
+			})
+
+			// Partitions of the peer port: every process keeps running. One member cut off: the
+			// other two keep quorum. Two cut off: no two members can talk, no quorum, no writes.
+			if err := nodes[0].PartitionEtcd(true); err != nil {
+				t.Fatal(err)
+			}
+			framework.Eventually(t, 30*time.Second, func() error { return write("one-cut") })
+			if err := nodes[1].PartitionEtcd(true); err != nil {
+				t.Fatal(err)
+			}
+			framework.Eventually(t, 30*time.Second, func() error {
+				if err := write(fmt.Sprintf("two-cut-%d", time.Now().UnixNano())); err == nil {
+					return fmt.Errorf("the API server still writes with two of three members partitioned")
+				}
+				return nil
+			})
+			for _, n := range nodes[:2] {
+				if err := n.PartitionEtcd(false); err != nil {
+					t.Fatal(err)
+				}
+			}
+			framework.Eventually(t, time.Minute, func() error {
+				if err := write("healed"); err != nil {
+					return fmt.Errorf("after the partitions healed: %w", err)
 				}
 				return nil
 			})

@@ -235,7 +235,7 @@ func (n *Node) stop() {
 	// The machine is gone: so is its etcd process. Its membership stays until someone removes
 	// it, as with a real machine that is switched off.
 	if e := n.etcdServer(); e != nil {
-		e.kill()
+		e.shutdown()
 	}
 	n.mu.Lock()
 	changed := n.status.Phase != PhaseStopped
@@ -879,6 +879,41 @@ func (n *Node) KillEtcd() error {
 	e.mu.Unlock()
 	e.kill()
 	return nil
+}
+
+// PartitionEtcd cuts the node's etcd member off its peers (cut) or heals the cut: no raft
+// message crosses between it and any other member, in either direction, as behind a firewall
+// that drops the etcd peer port (2380). The member keeps running and answering on its client
+// port, without a leader; its kubelet stays Ready.
+func (n *Node) PartitionEtcd(cut bool) error {
+	e := n.etcdServer()
+	if e == nil {
+		return errNoEtcd
+	}
+	n.reg.peers.setCut(e.key(), cut)
+	if c := n.Cluster(); cut && c != nil && c.etcdLB != nil {
+		c.etcdLB.breakTo(e.local)
+	}
+	return nil
+}
+
+// PowerOff switches the machine off without warning: its etcd member stops and nothing listens
+// on its addresses any more; its membership stays, as with a real machine that lost power. Its
+// kubelet stops posting status, so the Node's Ready condition turns Unknown, which is what
+// kube-controller-manager's node lifecycle controller writes once the node monitor grace
+// period passed (pkg/controller/nodelifecycle, reason NodeStatusUnknown); the simulated
+// workload clusters run no controller manager, so the simulation writes it.
+func (n *Node) PowerOff(ctx context.Context) error {
+	if e := n.etcdServer(); e != nil {
+		e.mu.Lock()
+		e.killed = true
+		e.mu.Unlock()
+		e.shutdown()
+	}
+	return n.SetNodeCondition(ctx, corev1.NodeCondition{
+		Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
+		Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status.",
+	})
 }
 
 // StartEtcd restarts the node's etcd process with its data, as systemd or the distribution's

@@ -54,6 +54,8 @@ type Registry struct {
 	ipPrefix string
 	ipSeq    int
 	closed   bool
+	// peers is the network between the etcd members of every cluster.
+	peers peerNet
 }
 
 // NodeEvent tells that the status of the node of a KairosSimMachine changed.
