@@ -59,18 +59,18 @@ const (
 
 // etcdServer is the etcd member a simulated control-plane node runs.
 type etcdServer struct {
-	node    *Node
-	name    string
-	dir     string
-	ca      pki.KeyPair
-	ip      string
-	local   string // the node's own loopback client address (host:port)
+	node  *Node
+	name  string
+	dir   string
+	ca    pki.KeyPair
+	ip    string
+	local string // the node's own loopback client address (host:port)
 	// peerLocal is the member's private peer listener; its peer address is a proxy in front of
 	// it (network.go), so that a test can partition the member.
 	peerLocal string
 	proxy     *peerProxy
-	exposed bool   // also serves clients at <ip>:2379
-	learner bool   // joined as a learner (k3s), until promoted
+	exposed   bool // also serves clients at <ip>:2379
+	learner   bool // joined as a learner (k3s), until promoted
 
 	mu      sync.Mutex
 	proc    *process
