@@ -269,3 +269,80 @@ func TestTwoUnhealthyMachinesRecover(t *testing.T) {
 		})
 	}
 }
+
+// TestEtcdPartitionAndPowerOff: faults that leave every process of a node running, or none.
+// One member cut off from its peers (its etcd and kubelet run, the kubelet Ready): a Machine
+// deleted by hand waits and says why until the partition heals. Then a machine loses power:
+// a MachineHealthCheck sees its Node go Unknown, and the control plane replaces it, removing
+// the dead member, and ends with three healthy members.
+func TestEtcdPartitionAndPowerOff(t *testing.T) {
+	for _, dist := range distributions {
+		t.Run(string(dist), func(t *testing.T) {
+			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
+			machines := c.waitSettled(3, version, waitScale)
+
+			cut := machines[2]
+			if err := c.nodeOf(cut).PartitionEtcd(true); err != nil {
+				t.Fatal(err)
+			}
+			c.waitCondition(controlplanev1.EtcdClusterHealthyCondition, metav1.ConditionFalse, cut.Name, time.Minute)
+			byHand := machines[1]
+			if err := h.Client.Delete(c.ctx, &byHand); err != nil {
+				t.Fatal(err)
+			}
+			c.waitCondition(controlplanev1.ScalingUpCondition, metav1.ConditionTrue, "the etcd member of Machine "+byHand.Name+" does not leave", time.Minute)
+			framework.Consistently(t, 10*time.Second, func() error {
+				if n := len(c.SimCluster(c.ctx).EtcdMembers()); n != 3 {
+					return fmt.Errorf("%d etcd members, want 3", n)
+				}
+				if c.machineByName(byHand.Name) == nil {
+					return fmt.Errorf("Machine %s is gone: its member left while quorum depended on it", byHand.Name)
+				}
+				return nil
+			})
+			if err := c.nodeOf(cut).PartitionEtcd(false); err != nil {
+				t.Fatal(err)
+			}
+			healed := c.waitSettled(3, version, 2*waitScale)
+			for _, m := range healed {
+				if m.Name == byHand.Name {
+					t.Fatalf("Machine %s is still there after the partition healed", m.Name)
+				}
+			}
+
+			mhc := &clusterv1.MachineHealthCheck{
+				ObjectMeta: metav1.ObjectMeta{Namespace: c.Cluster.Namespace, Name: "control-plane"},
+				Spec: clusterv1.MachineHealthCheckSpec{
+					ClusterName: c.Cluster.Name,
+					Selector:    metav1.LabelSelector{MatchLabels: map[string]string{controlplanev1.ControlPlaneNameLabel: c.kcp.Name}},
+					Checks: clusterv1.MachineHealthCheckChecks{
+						UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, TimeoutSeconds: ptr.To[int32](5)}},
+					},
+				},
+			}
+			if err := h.Client.Create(c.ctx, mhc); err != nil {
+				t.Fatal(err)
+			}
+			off := healed[0]
+			if err := c.nodeOf(off).PowerOff(c.ctx); err != nil {
+				t.Fatal(err)
+			}
+			framework.Eventually(t, 2*waitScale, func() error {
+				if c.machineByName(off.Name) != nil {
+					return fmt.Errorf("the powered-off Machine %s is still there", off.Name)
+				}
+				return nil
+			})
+			c.waitSettled(3, version, 2*waitScale)
+			members := c.SimCluster(c.ctx).EtcdMembers()
+			if len(members) != 3 {
+				t.Fatalf("etcd members after the power-off %+v, want 3", members)
+			}
+			for _, m := range members {
+				if m.NodeName == c.nodeOf(off).Name() {
+					t.Errorf("the powered-off node's member %s is still in etcd", m.Name)
+				}
+			}
+		})
+	}
+}
