@@ -40,6 +40,12 @@ func (b *builder) k3sServer() {
 		"--https-listen-port="+strconv.Itoa(int(n.apiServerPort())),
 	)
 	args = append(args, n.k3sNetworkArgs()...)
+	if n.ExternalProviderID {
+		// Agents follow the servers: they run their kubelet with
+		// --cloud-provider=external only when the servers run the embedded
+		// cloud controller (k3s pkg/cli/server, DisableCCM).
+		args = append(args, "--disable-cloud-controller")
+	}
 	if !n.SingleNode {
 		args = append(args, "--node-taint="+ControlPlaneTaint)
 	}

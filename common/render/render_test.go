@@ -678,6 +678,14 @@ func TestEveryFieldIsUsed(t *testing.T) {
 				setK3sTokens(t, p, n)
 			}
 		},
+		"ExternalProviderID": func(n *Node) {
+			if n.Distribution == K0s {
+				// k0s registers no provider ID either way: only k3s servers change.
+				n.Distribution, n.JoinToken = K3s, ""
+				setK3sTokens(t, p, n)
+			}
+			n.ExternalProviderID = true
+		},
 		"Args": func(n *Node) { n.Args = []string{"--debug"} },
 		"Env":  func(n *Node) { n.Env = map[string]string{"A": "b"} },
 		"Config": func(n *Node) {

@@ -129,6 +129,12 @@ type Node struct {
 	// Network is the Cluster's network: API server port, pod and service
 	// CIDRs, service domain.
 	Network Network
+	// ExternalProviderID says that the Node gets its provider ID from outside
+	// the node (the bootstrap controller copies the Machine's): k3s servers
+	// run without k3s' embedded cloud controller, which would otherwise set
+	// k3s://<node name> first (a Node's provider ID cannot change once set).
+	// k0s runs no cloud controller and registers none.
+	ExternalProviderID bool
 	// Hostname is a literal hostname; HostnamePrefix instead derives one from
 	// the prefix and the machine id on the node. At most one may be set.
 	Hostname       string

@@ -17,6 +17,30 @@ const (
 	// re-creates it with the same ID and secret when it has expired or was deleted. It is
 	// removed once no node needs the token any more.
 	JoinTokenAvailableCondition = "JoinTokenAvailable"
+
+	// NodeProviderIDCondition is set on a Machine's KairosConfig with providerID.source
+	// Machine: true once the Node named in the data carries the Machine's provider ID (the
+	// controller writes it there when the Node registered without one), which is what lets
+	// Cluster API link the two.
+	NodeProviderIDCondition = "NodeProviderID"
+)
+
+// Reasons of the NodeProviderID condition.
+const (
+	// NodeProviderIDSetReason: the Node carries the Machine's provider ID.
+	NodeProviderIDSetReason = "NodeProviderIDSet"
+
+	// WaitingForMachineProviderIDReason: the infrastructure provider has not set the Machine's
+	// spec.providerID yet.
+	WaitingForMachineProviderIDReason = "WaitingForMachineProviderID"
+
+	// WaitingForNodeReason: no Node of the expected name has registered yet, or the workload
+	// cluster is unreachable.
+	WaitingForNodeReason = "WaitingForNode"
+
+	// NodeProviderIDConflictReason: the Node registered with another provider ID, which can
+	// never change: Cluster API cannot link it to the Machine.
+	NodeProviderIDConflictReason = "NodeProviderIDConflict"
 )
 
 // Reasons of the JoinTokenAvailable condition.

@@ -11,6 +11,9 @@ func (s *KairosConfigSpec) Default() {
 	if s.Distribution == "" {
 		s.Distribution = DistributionK0s
 	}
+	if s.ProviderID.Source == "" {
+		s.ProviderID.Source = ProviderIDFromMachine
+	}
 	if s.UserName == "" {
 		s.UserName = DefaultUserName
 	}

@@ -23,6 +23,7 @@ func TestDefault(t *testing.T) {
 			name: "empty spec gets every top-level default and nothing else",
 			in:   bootstrapv1.KairosConfigSpec{},
 			want: bootstrapv1.KairosConfigSpec{
+				ProviderID:   bootstrapv1.ProviderIDSpec{Source: bootstrapv1.ProviderIDFromMachine},
 				Role:         bootstrapv1.RoleWorker,
 				Distribution: bootstrapv1.DistributionK0s,
 				UserName:     bootstrapv1.DefaultUserName,
@@ -40,6 +41,7 @@ func TestDefault(t *testing.T) {
 				UserGroups:   []string{"wheel", "docker"},
 			},
 			want: bootstrapv1.KairosConfigSpec{
+				ProviderID:   bootstrapv1.ProviderIDSpec{Source: bootstrapv1.ProviderIDFromMachine},
 				Role:         bootstrapv1.RoleControlPlane,
 				Distribution: bootstrapv1.DistributionK3s,
 				UserName:     "alice",
@@ -51,6 +53,7 @@ func TestDefault(t *testing.T) {
 			name: "no password default when userPasswordSecretRef is set; its key is defaulted",
 			in:   bootstrapv1.KairosConfigSpec{UserPasswordSecretRef: secretRef("pw", "")},
 			want: bootstrapv1.KairosConfigSpec{
+				ProviderID:            bootstrapv1.ProviderIDSpec{Source: bootstrapv1.ProviderIDFromMachine},
 				Role:                  bootstrapv1.RoleWorker,
 				Distribution:          bootstrapv1.DistributionK0s,
 				UserName:              bootstrapv1.DefaultUserName,
@@ -62,6 +65,7 @@ func TestDefault(t *testing.T) {
 			name: "empty userGroups list (not nil) is defaulted",
 			in:   bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, UserGroups: []string{}},
 			want: bootstrapv1.KairosConfigSpec{
+				ProviderID:   bootstrapv1.ProviderIDSpec{Source: bootstrapv1.ProviderIDFromMachine},
 				Role:         bootstrapv1.RoleWorker,
 				Distribution: bootstrapv1.DistributionK0s,
 				UserName:     bootstrapv1.DefaultUserName,
@@ -91,6 +95,7 @@ func TestDefault(t *testing.T) {
 				},
 			},
 			want: bootstrapv1.KairosConfigSpec{
+				ProviderID:           bootstrapv1.ProviderIDSpec{Source: bootstrapv1.ProviderIDFromMachine},
 				Role:                 bootstrapv1.RoleWorker,
 				Distribution:         bootstrapv1.DistributionK0s,
 				UserName:             bootstrapv1.DefaultUserName,
@@ -118,7 +123,8 @@ func TestDefault(t *testing.T) {
 			name: "install block gets auto and device",
 			in:   bootstrapv1.KairosConfigSpec{UserPassword: "x", Install: &bootstrapv1.Install{}},
 			want: bootstrapv1.KairosConfigSpec{
-				Role: bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
+				ProviderID: bootstrapv1.ProviderIDSpec{Source: bootstrapv1.ProviderIDFromMachine},
+				Role:       bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
 				UserName: bootstrapv1.DefaultUserName, UserPassword: "x", UserGroups: []string{bootstrapv1.DefaultUserGroup},
 				Install: &bootstrapv1.Install{Auto: boolPtr(true), Device: "auto", Reboot: boolPtr(true)},
 			},
@@ -127,7 +133,8 @@ func TestDefault(t *testing.T) {
 			name: "install that powers off does not reboot",
 			in:   bootstrapv1.KairosConfigSpec{UserPassword: "x", Install: &bootstrapv1.Install{Poweroff: true}},
 			want: bootstrapv1.KairosConfigSpec{
-				Role: bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
+				ProviderID: bootstrapv1.ProviderIDSpec{Source: bootstrapv1.ProviderIDFromMachine},
+				Role:       bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
 				UserName: bootstrapv1.DefaultUserName, UserPassword: "x", UserGroups: []string{bootstrapv1.DefaultUserGroup},
 				Install: &bootstrapv1.Install{Auto: boolPtr(true), Device: "auto", Poweroff: true},
 			},
@@ -137,7 +144,8 @@ func TestDefault(t *testing.T) {
 			in: bootstrapv1.KairosConfigSpec{UserPassword: "x",
 				Install: &bootstrapv1.Install{Auto: boolPtr(false), Device: "/dev/vda", Reboot: boolPtr(true)}},
 			want: bootstrapv1.KairosConfigSpec{
-				Role: bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
+				ProviderID: bootstrapv1.ProviderIDSpec{Source: bootstrapv1.ProviderIDFromMachine},
+				Role:       bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
 				UserName: bootstrapv1.DefaultUserName, UserPassword: "x", UserGroups: []string{bootstrapv1.DefaultUserGroup},
 				Install: &bootstrapv1.Install{Auto: boolPtr(false), Device: "/dev/vda", Reboot: boolPtr(true)},
 			},
@@ -146,7 +154,8 @@ func TestDefault(t *testing.T) {
 			name: "no install block is not created",
 			in:   bootstrapv1.KairosConfigSpec{UserPassword: "x"},
 			want: bootstrapv1.KairosConfigSpec{
-				Role: bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
+				ProviderID: bootstrapv1.ProviderIDSpec{Source: bootstrapv1.ProviderIDFromMachine},
+				Role:       bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
 				UserName: bootstrapv1.DefaultUserName, UserPassword: "x", UserGroups: []string{bootstrapv1.DefaultUserGroup},
 			},
 		},
@@ -161,7 +170,8 @@ func TestDefault(t *testing.T) {
 				K0s:               &bootstrapv1.DistributionOptions{Args: []string{"--debug"}},
 			},
 			want: bootstrapv1.KairosConfigSpec{
-				Role: bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
+				ProviderID: bootstrapv1.ProviderIDSpec{Source: bootstrapv1.ProviderIDFromMachine},
+				Role:       bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK0s,
 				UserName: bootstrapv1.DefaultUserName, UserPassword: "x", UserGroups: []string{bootstrapv1.DefaultUserGroup},
 				KubernetesVersion: "v1.31.2",
 				GithubUser:        "octocat",

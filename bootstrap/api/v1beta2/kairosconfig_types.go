@@ -152,16 +152,24 @@ type KairosConfigSpec struct {
 	PostCommands []string `json:"postCommands,omitempty"`
 
 	// hostname sets a literal hostname. Mutually exclusive with hostnamePrefix. Not allowed in
-	// KairosConfigTemplates, whose Machines would all get the same name: use hostnamePrefix.
+	// KairosConfigTemplates, whose Machines would all get the same name. When neither is set
+	// and providerID.source is Machine (the default), the node is named after its Machine.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63
 	Hostname string `json:"hostname,omitempty"`
 
 	// hostnamePrefix sets the hostname to this prefix followed by a suffix derived from the
-	// node's machine id, so that nodes created from one template get distinct names.
+	// node's machine id, so that nodes created from one template get distinct names. Only
+	// with providerID.source Distribution: the controller could not find such a node.
 	// +optional
 	// +kubebuilder:validation:MaxLength=50
 	HostnamePrefix string `json:"hostnamePrefix,omitempty"`
+
+	// providerID says how the node's Node gets its Machine's provider ID, the only link
+	// Cluster API makes between a Machine and its Node (Node spec.providerID equal to Machine
+	// spec.providerID): without it the Machine never gets a nodeRef and never becomes ready.
+	// +optional
+	ProviderID ProviderIDSpec `json:"providerID,omitempty,omitzero"`
 
 	// install, when set, makes Kairos install itself to disk (booting from an ISO or
 	// netboot) and then reboot into the installed system, where the node bootstraps. Leave
@@ -368,6 +376,33 @@ type KairosConfigInitializationStatus struct {
 	// NOTE: part of the Cluster API contract, used to orchestrate Machine provisioning.
 	// +optional
 	DataSecretCreated *bool `json:"dataSecretCreated,omitempty"`
+}
+
+// ProviderIDSource is where a Node's provider ID comes from.
+// +kubebuilder:validation:Enum=Machine;Distribution
+type ProviderIDSource string
+
+const (
+	// ProviderIDFromMachine: once the infrastructure provider has set the Machine's
+	// spec.providerID (whatever its convention: vsphere://<BIOS UUID>, proxmox://<UUID>,
+	// kubevirt://<name>, metal3://..., known before or long after the node booted), the
+	// bootstrap controller writes it to the Node, which registers without one. The node is
+	// named after its Machine unless hostname is set (hostnamePrefix, which makes names the
+	// controller cannot predict, is refused), and k3s servers run without k3s' embedded cloud
+	// controller, which would claim every Node with k3s://<node name> first. Not available to
+	// MachinePools, whose nodes share one KairosConfig.
+	ProviderIDFromMachine ProviderIDSource = "Machine"
+	// ProviderIDFromDistribution leaves the provider ID to the distribution: k3s' embedded
+	// cloud controller sets k3s://<node name>, k0s sets none. Only for infrastructure whose
+	// provider IDs have that form, or whose provider links Nodes itself.
+	ProviderIDFromDistribution ProviderIDSource = "Distribution"
+)
+
+// ProviderIDSpec says how a node's Node gets its Machine's provider ID.
+type ProviderIDSpec struct {
+	// source of the Node's provider ID: Machine (the default) or Distribution.
+	// +optional
+	Source ProviderIDSource `json:"source,omitempty"`
 }
 
 // +kubebuilder:object:root=true

@@ -202,6 +202,10 @@ func (s *KairosConfigSpec) validateHostname(fld *field.Path) field.ErrorList {
 			errs = append(errs, field.Invalid(fld.Child("hostname"), s.Hostname, msg))
 		}
 	}
+	if s.HostnamePrefix != "" && s.ProviderID.Source == ProviderIDFromMachine {
+		errs = append(errs, field.Forbidden(fld.Child("hostnamePrefix"),
+			"with providerID.source Machine (the default) each node is named after its Machine, so that the controller can give its Node the Machine's provider ID; a prefix with a machine-id suffix makes names it cannot predict: remove hostnamePrefix, or set providerID.source to Distribution"))
+	}
 	if s.HostnamePrefix != "" {
 		// The prefix is followed by a suffix, so it may end with a hyphen.
 		for _, msg := range validation.IsDNS1123Label(strings.TrimSuffix(s.HostnamePrefix, "-") + "x") {
@@ -296,7 +300,7 @@ func (s *KairosConfigSpec) ValidateTemplate(fld *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if s.Hostname != "" {
 		errs = append(errs, field.Forbidden(fld.Child("hostname"), fmt.Sprintf(
-			"every Machine created from this template would be named %q: use hostnamePrefix, which appends a per-machine suffix", s.Hostname)))
+			"every Machine created from this template would be named %q: leave it empty so that each node is named after its Machine (or use hostnamePrefix, with providerID.source Distribution)", s.Hostname)))
 	}
 	for i, f := range s.CloudConfigFragments {
 		m := map[string]any{}
@@ -305,7 +309,7 @@ func (s *KairosConfigSpec) ValidateTemplate(fld *field.Path) field.ErrorList {
 		}
 		if h, ok := m["hostname"].(string); ok && !strings.Contains(h, "{{") {
 			errs = append(errs, field.Forbidden(fld.Child("cloudConfigFragments").Index(i).Child("content"), fmt.Sprintf(
-				"fragment %q sets the literal hostname %q, which every Machine created from this template would share: use hostnamePrefix, or a yip template such as node-{{ trunc 8 .MachineID }}", f.Name, h)))
+				"fragment %q sets the literal hostname %q, which every Machine created from this template would share: remove it, so that each node is named after its Machine (or use hostnamePrefix, with providerID.source Distribution)", f.Name, h)))
 		}
 	}
 	return errs

@@ -253,18 +253,32 @@ func validationCases() []validationCase {
 		}, nil},
 
 		// hostname / hostnamePrefix
-		{"hostname and prefix", cpK0s, func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "node"; s.HostnamePrefix = "node-" },
+		{"hostname and prefix", cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.ProviderID.Source = bootstrapv1.ProviderIDFromDistribution
+			s.Hostname, s.HostnamePrefix = "node", "node-"
+		},
 			[]wantErr{e("spec.hostnamePrefix", field.ErrorTypeForbidden, "mutually exclusive", "use hostnamePrefix only")}},
 		{"hostname not a DNS label", cpK0s, func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "Bad_Host" },
 			[]wantErr{e("spec.hostname", field.ErrorTypeInvalid, "RFC 1123 label", "'my-name'")}},
 		{"hostname with a dot", cpK0s, func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "node.example.com" },
 			[]wantErr{e("spec.hostname", field.ErrorTypeInvalid, "must not contain dots")}},
-		{"hostname prefix not a DNS label", cpK0s, func(s *bootstrapv1.KairosConfigSpec) { s.HostnamePrefix = "bad_" },
+		{"hostname prefix not a DNS label", cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.ProviderID.Source = bootstrapv1.ProviderIDFromDistribution
+			s.HostnamePrefix = "bad_"
+		},
 			[]wantErr{e("spec.hostnamePrefix", field.ErrorTypeInvalid, "RFC 1123 label")}},
-		{"hostname prefix starting with a hyphen", cpK0s, func(s *bootstrapv1.KairosConfigSpec) { s.HostnamePrefix = "-node" },
+		{"hostname prefix starting with a hyphen", cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.ProviderID.Source = bootstrapv1.ProviderIDFromDistribution
+			s.HostnamePrefix = "-node"
+		},
 			[]wantErr{e("spec.hostnamePrefix", field.ErrorTypeInvalid, "RFC 1123 label")}},
 		{"hostname", cpK0s, func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "node-1" }, nil},
-		{"hostname prefix ending with a hyphen", cpK0s, func(s *bootstrapv1.KairosConfigSpec) { s.HostnamePrefix = "node-" }, nil},
+		{"hostname prefix with provider IDs from the Machine", cpK0s, func(s *bootstrapv1.KairosConfigSpec) { s.HostnamePrefix = "node-" },
+			[]wantErr{e("spec.hostnamePrefix", field.ErrorTypeForbidden, "named after its Machine", "set providerID.source to Distribution")}},
+		{"hostname prefix ending with a hyphen", cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.ProviderID.Source = bootstrapv1.ProviderIDFromDistribution
+			s.HostnamePrefix = "node-"
+		}, nil},
 
 		// install
 		{"install reboot and poweroff", cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
@@ -585,7 +599,7 @@ func TestValidateTemplate(t *testing.T) {
 		{"fragment with a literal hostname", bootstrapv1.KairosConfigSpec{CloudConfigFragments: []bootstrapv1.CloudConfigFragment{{Name: "h", Content: "hostname: node-1\n"}}},
 			[]wantErr{e("spec.template.spec.cloudConfigFragments[0].content", field.ErrorTypeForbidden, `literal hostname "node-1"`)}},
 		{"fragment with a templated hostname", bootstrapv1.KairosConfigSpec{CloudConfigFragments: []bootstrapv1.CloudConfigFragment{{Name: "h", Content: "hostname: node-{{ trunc 4 .MachineID }}\n"}}}, nil},
-		{"hostname prefix", bootstrapv1.KairosConfigSpec{HostnamePrefix: "node-"}, nil},
+		{"hostname prefix", bootstrapv1.KairosConfigSpec{HostnamePrefix: "node-", ProviderID: bootstrapv1.ProviderIDSpec{Source: bootstrapv1.ProviderIDFromDistribution}}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			checkErrors(t, tc.spec.ValidateTemplate(field.NewPath("spec", "template", "spec")), tc.want)

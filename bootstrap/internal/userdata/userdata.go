@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/merge"
 	"github.com/kairos-capi/kairos-capi/common/render"
@@ -46,6 +48,10 @@ type Inputs struct {
 	AgentToken string
 	// Secrets holds the content of every Ref that References returns.
 	Secrets map[Ref]string
+	// MachineName is the Machine the data is for; empty for a MachinePool, whose nodes share
+	// the data. With providerID.source Machine it names the node (unless hostname is set),
+	// which is how the controller finds the Node to give the Machine's provider ID.
+	MachineName string
 }
 
 // References lists the Secret references of a spec, without duplicates, in spec order.
@@ -130,6 +136,10 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 		user.SSHAuthorizedKeys = append(user.SSHAuthorizedKeys, key)
 	}
 
+	hostname, err := nodeHostname(spec, in)
+	if err != nil {
+		return render.Node{}, nil, err
+	}
 	node := render.Node{
 		Distribution:      render.Distribution(spec.Distribution),
 		Role:              render.Role(spec.Role),
@@ -140,7 +150,10 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 		Endpoint:          in.Endpoint,
 		Network:           in.Network,
 		AgentToken:        in.AgentToken,
-		Hostname:          spec.Hostname,
+		Hostname:          hostname,
+		// The Node waits for the Machine's provider ID: k3s' embedded cloud controller would
+		// claim it first with k3s://<node name>, and a Node's provider ID never changes.
+		ExternalProviderID: providerIDFromMachine(spec, in),
 		HostnamePrefix:    spec.HostnamePrefix,
 		Users:             []render.User{user},
 		PreCommands:       spec.PreCommands,
@@ -196,4 +209,36 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 		fragments = append(fragments, merge.Fragment{Name: f.Name, Position: merge.Position(f.Position), Content: []byte(c)})
 	}
 	return node, fragments, nil
+}
+
+// providerIDFromMachine tells whether the controller gives the Node its Machine's provider ID.
+// MachinePool nodes share one document and have no Machine of their own to take it from.
+func providerIDFromMachine(spec *bootstrapv1.KairosConfigSpec, in Inputs) bool {
+	return spec.ProviderID.Source == bootstrapv1.ProviderIDFromMachine && in.MachineName != ""
+}
+
+// NodeName is the name the node registers its Node under when the controller gives it the
+// Machine's provider ID: the spec's hostname, else the Machine's name. Empty when it cannot
+// be known (hostnamePrefix, MachinePools, provider IDs from the distribution).
+func NodeName(spec *bootstrapv1.KairosConfigSpec, machineName string) string {
+	if spec.ProviderID.Source != bootstrapv1.ProviderIDFromMachine || machineName == "" || spec.HostnamePrefix != "" {
+		return ""
+	}
+	if spec.Hostname != "" {
+		return spec.Hostname
+	}
+	return machineName
+}
+
+// nodeHostname is the hostname the document sets: the spec's, or the Machine's name when the
+// controller must find the Node by it.
+func nodeHostname(spec *bootstrapv1.KairosConfigSpec, in Inputs) (string, error) {
+	if spec.Hostname != "" || spec.HostnamePrefix != "" || !providerIDFromMachine(spec, in) {
+		return spec.Hostname, nil
+	}
+	if msgs := validation.IsDNS1123Label(in.MachineName); len(msgs) > 0 {
+		return "", fmt.Errorf("the node would be named after its Machine %q, which is not a valid hostname (%s): set spec.hostname, or shorten the Machine's name",
+			in.MachineName, strings.Join(msgs, "; "))
+	}
+	return in.MachineName, nil
 }

@@ -103,6 +103,7 @@ func inputsFor(f *fixture, spec *bootstrapv1.KairosConfigSpec) userdata.Inputs {
 		Endpoint:          render.Endpoint{Host: "192.0.2.10", Port: 6443},
 		KubernetesVersion: "v1.31.2",
 		Secrets:           secretsFor(f),
+		MachineName:       testMachineName,
 	}
 	if spec.KubernetesVersion != "" {
 		in.KubernetesVersion = spec.KubernetesVersion
@@ -125,6 +126,9 @@ func inputsFor(f *fixture, spec *bootstrapv1.KairosConfigSpec) userdata.Inputs {
 	}
 	return in
 }
+
+// testMachineName is the Machine the test data is rendered for.
+const testMachineName = "md-0-7d9f8-x2k4q"
 
 func baseSpec(kind string) bootstrapv1.KairosConfigSpec {
 	s := bootstrapv1.KairosConfigSpec{UserPassword: "base-password"}
@@ -224,6 +228,26 @@ func fieldCases(f *fixture) map[string]fieldCase {
 			want: []string{"hostname: node-distinct"}},
 		"HostnamePrefix": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) { s.HostnamePrefix = "pool-x-" },
 			want: []string{"pool-x-" + render.HostnameSuffixTemplate}},
+		// The Node gets its Machine's provider ID from the controller: the node is named after
+		// the Machine and k3s servers run without the embedded cloud controller.
+		"ProviderID": {base: "cp-k3s", mutate: func(s *bootstrapv1.KairosConfigSpec) {
+			s.ProviderID.Source = bootstrapv1.ProviderIDFromDistribution
+		}, check: func(t *testing.T, base, variant []byte, baseErr, variantErr error) {
+			noErrors(t, baseErr, variantErr)
+			for _, w := range []string{"--disable-cloud-controller", "hostname: " + testMachineName} {
+				if !bytes.Contains(base, []byte(w)) || bytes.Contains(variant, []byte(w)) {
+					t.Errorf("%q: in the Machine source's data %v, in the Distribution source's %v", w, bytes.Contains(base, []byte(w)), bytes.Contains(variant, []byte(w)))
+				}
+			}
+		}},
+		"ProviderID.Source": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) {
+			s.ProviderID.Source = bootstrapv1.ProviderIDFromDistribution
+		}, check: func(t *testing.T, base, variant []byte, baseErr, variantErr error) {
+			noErrors(t, baseErr, variantErr)
+			if !bytes.Contains(base, []byte("hostname: "+testMachineName)) || bytes.Contains(variant, []byte("hostname:")) {
+				t.Errorf("a k0s worker is named after its Machine only with source Machine:\n%s\n---\n%s", base, variant)
+			}
+		}},
 		"Install": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Install = &bootstrapv1.Install{Device: "/dev/vda"} },
 			want: []string{"install:", "device: /dev/vda", "auto: true"}},
 		"Install.Auto": {base: "wk-k0s", setup: withInstall, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Install.Auto = new(bool) },

@@ -13,7 +13,7 @@ import (
 // NewOffline returns a reconciler that works against c alone and accepts every join token
 // without a workload cluster. The preview command runs the controller's own code path with it.
 func NewOffline(c client.Client) *Reconciler {
-	r := &Reconciler{Client: c, APIReader: c, Tokens: offlineTokens{}}
+	r := &Reconciler{Client: c, APIReader: c, Tokens: offlineTokens{}, Nodes: offlineNodes{}}
 	r.complete()
 	return r
 }
@@ -28,6 +28,9 @@ func (r *Reconciler) complete() {
 	}
 	if r.Tokens == nil {
 		r.Tokens = clusterCacheTokens{cache: r.ClusterCache}
+	}
+	if r.Nodes == nil {
+		r.Nodes = clusterCacheNodes{cache: r.ClusterCache}
 	}
 	r.initLock = &initlock.Lock{Client: r.Client, Reader: r.APIReader}
 }

@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
@@ -47,7 +48,11 @@ func (r *Reconciler) reconcileExistingData(ctx context.Context, s *scope) (ctrl.
 		}
 		s.dataSecretName = secret.Name
 		s.done()
-		return r.refreshJoinToken(ctx, s, secret)
+		res, err := r.refreshJoinToken(ctx, s, secret)
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return util.LowestNonZeroResult(res, r.reconcileNodeProviderID(ctx, s)), nil
 	case !apierrors.IsNotFound(err):
 		return ctrl.Result{}, fmt.Errorf("reading bootstrap data Secret: %w", err)
 	}
@@ -213,6 +218,9 @@ func (r *Reconciler) reconcilePrerequisites(_ context.Context, s *scope) (ctrl.R
 		ServiceDomain: c.Spec.ClusterNetwork.ServiceDomain,
 	}
 	s.inputs.KubernetesVersion = version
+	if s.owner.machine != nil {
+		s.inputs.MachineName = s.owner.machine.Name
+	}
 	return ctrl.Result{}, nil
 }
 
@@ -427,4 +435,51 @@ func (r *Reconciler) reconcileDataSecret(ctx context.Context, s *scope) (ctrl.Re
 func controlPlaneInitialized(c *clusterv1.Cluster) bool {
 	return ptr.Deref(c.Status.Initialization.ControlPlaneInitialized, false) ||
 		conditions.IsTrue(c, clusterv1.ClusterControlPlaneInitializedCondition)
+}
+
+// reconcileNodeProviderID gives the Node of a Machine's data the Machine's provider ID (see
+// providerID.source Machine): the node registers without one, the infrastructure provider
+// sets the Machine's whenever it knows it, and Cluster API links a Machine to the Node that
+// carries the same ID. Nothing is read once the Machine has its nodeRef.
+func (r *Reconciler) reconcileNodeProviderID(ctx context.Context, s *scope) ctrl.Result {
+	m := s.owner.machine
+	name := userdata.NodeName(&s.config.Spec, ptr.Deref(m, clusterv1.Machine{}).Name)
+	if m == nil || name == "" {
+		return ctrl.Result{}
+	}
+	if m.Status.NodeRef.IsDefined() {
+		s.nodeProviderID = nodeProviderIDCondition(metav1.ConditionTrue, bootstrapv1.NodeProviderIDSetReason,
+			"Node %s carries provider ID %s and is linked to Machine %s", m.Status.NodeRef.Name, m.Spec.ProviderID, m.Name)
+		return ctrl.Result{}
+	}
+	if m.Spec.ProviderID == "" {
+		// The Machine watch brings the provider ID.
+		s.nodeProviderID = nodeProviderIDCondition(metav1.ConditionFalse, bootstrapv1.WaitingForMachineProviderIDReason,
+			"waiting for the infrastructure provider to set Machine %s spec.providerID", m.Name)
+		return ctrl.Result{}
+	}
+	got, err := r.Nodes.SetProviderID(ctx, s.clusterKey(), name, m.Spec.ProviderID)
+	switch {
+	case apierrors.IsNotFound(err):
+		s.nodeProviderID = nodeProviderIDCondition(metav1.ConditionFalse, bootstrapv1.WaitingForNodeReason,
+			"waiting for Node %s to register in the workload cluster", name)
+		return ctrl.Result{RequeueAfter: waitRequeue}
+	case err != nil:
+		ctrl.LoggerFrom(ctx).Info("Could not give the Node its Machine's provider ID, retrying", "node", name, "reason", err.Error())
+		s.nodeProviderID = nodeProviderIDCondition(metav1.ConditionFalse, bootstrapv1.WaitingForNodeReason,
+			"cannot reach Node %s in the workload cluster, retrying: %v", name, err)
+		return ctrl.Result{RequeueAfter: waitRequeue}
+	case got != m.Spec.ProviderID:
+		s.nodeProviderID = nodeProviderIDCondition(metav1.ConditionFalse, bootstrapv1.NodeProviderIDConflictReason,
+			"Node %s registered with provider ID %s, but Machine %s has %s; a Node's provider ID never changes, so Cluster API cannot link them: delete the Node (the kubelet registers it again without one) or the Machine",
+			name, got, m.Name, m.Spec.ProviderID)
+		return ctrl.Result{RequeueAfter: waitRequeue}
+	}
+	s.nodeProviderID = nodeProviderIDCondition(metav1.ConditionTrue, bootstrapv1.NodeProviderIDSetReason,
+		"Node %s carries provider ID %s", name, got)
+	return ctrl.Result{}
+}
+
+func nodeProviderIDCondition(status metav1.ConditionStatus, reason, format string, args ...any) *metav1.Condition {
+	return &metav1.Condition{Type: bootstrapv1.NodeProviderIDCondition, Status: status, Reason: reason, Message: fmt.Sprintf(format, args...)}
 }

@@ -60,6 +60,8 @@ type Reconciler struct {
 	ClusterCache clustercache.ClusterCache
 	// Tokens creates k0s bootstrap tokens in workload clusters. Defaults to ClusterCache.
 	Tokens WorkloadTokens
+	// Nodes gives workload Nodes their Machines' provider IDs. Defaults to ClusterCache.
+	Nodes WorkloadNodes
 	// WatchFilterValue restricts reconciliation to objects carrying this watch-filter label.
 	WatchFilterValue string
 	// TokenTTL is the lifetime of generated join tokens. Defaults to DefaultTokenTTL.
@@ -87,6 +89,8 @@ type scope struct {
 	tokenID string
 	// joinToken is the JoinTokenAvailable condition to set; nil removes it.
 	joinToken *metav1.Condition
+	// nodeProviderID is the NodeProviderID condition to set; nil removes it.
+	nodeProviderID *metav1.Condition
 
 	// dataSecretName is set once the bootstrap data Secret is known to exist.
 	dataSecretName string
@@ -191,6 +195,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 			bootstrapv1.ReadyCondition,
 			bootstrapv1.DataSecretAvailableCondition,
 			bootstrapv1.JoinTokenAvailableCondition,
+			bootstrapv1.NodeProviderIDCondition,
 		}}}
 		if reterr == nil {
 			opts = append(opts, patch.WithStatusObservedGeneration{})
@@ -234,11 +239,8 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 // updateStatus derives the whole status from what the phases observed.
 func updateStatus(s *scope) error {
 	c := s.config
-	if s.joinToken != nil {
-		conditions.Set(c, *s.joinToken)
-	} else {
-		conditions.Delete(c, bootstrapv1.JoinTokenAvailableCondition)
-	}
+	setOrDelete(c, bootstrapv1.JoinTokenAvailableCondition, s.joinToken)
+	setOrDelete(c, bootstrapv1.NodeProviderIDCondition, s.nodeProviderID)
 	if s.dataSecretName != "" {
 		c.Status.DataSecretName = s.dataSecretName
 		c.Status.Initialization.DataSecretCreated = ptr.To(true)
@@ -263,6 +265,16 @@ func updateStatus(s *scope) error {
 				bootstrapv1.NotReadyReason, bootstrapv1.ReadyUnknownReason, bootstrapv1.ReadyReason)),
 		)},
 	)
+}
+
+// setOrDelete sets a condition a phase observed, or removes it when the phase found it does
+// not apply.
+func setOrDelete(c *bootstrapv1.KairosConfig, typ string, cond *metav1.Condition) {
+	if cond != nil {
+		conditions.Set(c, *cond)
+		return
+	}
+	conditions.Delete(c, typ)
 }
 
 func machineToConfig(_ context.Context, o client.Object) []ctrl.Request {
