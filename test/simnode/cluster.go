@@ -45,6 +45,9 @@ type Cluster struct {
 	// agent token; k3sEtcd tells whether the cluster runs embedded etcd (--cluster-init).
 	k3sPasswd k3sPasswd
 	k3sEtcd   bool
+	// k3sCCM tells whether the servers run k3s' embedded cloud controller, which gives every
+	// Node of the cluster, servers' and agents', the provider ID k3s://<node name>.
+	k3sCCM bool
 	// single is k0s --single: the controller refuses every join.
 	single bool
 
@@ -151,6 +154,7 @@ func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, c
 			return nil, err
 		}
 		c.k3sPasswd, c.k3sEtcd = newK3sPasswd(t, agent), p.flags.bool("cluster-init")
+		c.k3sCCM = !p.flags.bool("disable-cloud-controller")
 	}
 	if err := c.start(ctx, host, port, init); err != nil {
 		c.stopProcesses()

@@ -82,8 +82,15 @@ type NodeSpec struct {
 	// Namespace and Name identify the KairosSimMachine; Name is the node name when the
 	// document sets no hostname.
 	Namespace, Name string
-	// ProviderID is registered on the Node. Default: ProviderID(Namespace, Name).
+	// ProviderID is the machine's provider ID as its infrastructure provider knows it (the
+	// KairosSimMachine's spec.providerID); the registry finds the node by it. The node itself
+	// does not know it: its Node gets the provider ID its document gives it (see
+	// kubeletProviderID). Default: ProviderID(Namespace, Name).
 	ProviderID string
+	// SystemUUID is the machine's DMI product UUID (/sys/class/dmi/id/product_uuid, what
+	// the kubelet reports as systemUUID and vSphere and Proxmox build provider IDs from).
+	// Default: a random one.
+	SystemUUID string
 	// Endpoint is host:port of the machine's cluster (the KairosSimCluster's endpoint).
 	Endpoint string
 	// APIBackendPort is the port the endpoint forwards to on control-plane nodes, as a load
@@ -557,7 +564,7 @@ func (n *Node) startServer(ctx context.Context, c *Cluster, p *plan, name, insta
 		if err != nil {
 			return retry(ReasonStartFailed, "issuing the kubelet certificate: %v", err)
 		}
-		if err := n.register(ctx, c, c.configFor(c.pki.serverCA.Cert, kp), name, installed, labels, taints); err != nil {
+		if err := n.register(ctx, c, c.configFor(c.pki.serverCA.Cert, kp), name, kubeletProviderID(c, p, name), installed, labels, taints); err != nil {
 			return err
 		}
 		if p.distribution == render.K3s && c.k3sEtcd {
@@ -675,7 +682,7 @@ func (n *Node) bootK0sWorker(ctx context.Context, p *plan, name, installed strin
 	if err != nil {
 		return err
 	}
-	if err := n.register(ctx, c, kubelet, name, installed, extra.labels, extra.taints); err != nil {
+	if err := n.register(ctx, c, kubelet, name, kubeletProviderID(c, p, name), installed, extra.labels, extra.taints); err != nil {
 		return err
 	}
 	return n.writeFile("/var/lib/k0s/kubelet.conf", "# kubelet client certificate issued by "+csr.Name+"\n")
@@ -707,15 +714,48 @@ func (n *Node) bootK3sAgent(ctx context.Context, p *plan, name, installed string
 	if err != nil {
 		return err
 	}
-	if err := n.register(ctx, c, c.configFor(c.pki.serverCA.Cert, kp), name, installed, extra.labels, extra.taints); err != nil {
+	if err := n.register(ctx, c, c.configFor(c.pki.serverCA.Cert, kp), name, kubeletProviderID(c, p, name), installed, extra.labels, extra.taints); err != nil {
 		return err
 	}
 	return n.writeFile("/var/lib/rancher/k3s/agent/kubelet.kubeconfig", "# kubelet client certificate issued by the supervisor\n")
 }
 
+// kubeletProviderID is the provider ID a node's Node gets from its document, as real k0s and
+// k3s nodes would give it: the kubelet's --provider-id when the document passes one (k0s
+// --kubelet-extra-args, k3s --kubelet-arg); otherwise none with k0s, which runs no cloud
+// controller, and k3s://<node name> with k3s while its servers run the embedded cloud
+// controller (k3s pkg/cloudprovider, InstanceMetadata), none once they were started with
+// --disable-cloud-controller. The machine's infrastructure ID never reaches the Node by
+// itself: that is for the bootstrap data or a controller to arrange.
+func kubeletProviderID(c *Cluster, p *plan, name string) string {
+	if p.distribution == render.K0s {
+		fields := strings.Fields(strings.Join(p.flags.list("kubelet-extra-args"), " "))
+		for i, f := range fields {
+			if v, ok := strings.CutPrefix(f, "--provider-id="); ok {
+				return v
+			}
+			if f == "--provider-id" && i+1 < len(fields) {
+				return fields[i+1]
+			}
+		}
+		return ""
+	}
+	for _, a := range p.flags.list("kubelet-arg") {
+		if v, ok := strings.CutPrefix(a, "provider-id="); ok {
+			return v
+		}
+	}
+	if c.k3sCCM {
+		return "k3s://" + name
+	}
+	return ""
+}
+
 // register creates the node's Node object with the kubelet's own credentials (the Node
 // authorizer lets a kubelet create and update only its own Node), then reports it Ready.
-func (n *Node) register(ctx context.Context, c *Cluster, kubelet *rest.Config, name, installed string, labels map[string]string, taints []taint) error {
+// A kubelet that registers again keeps the provider ID its Node was given, and refuses a Node
+// of its name that carries another machine's.
+func (n *Node) register(ctx context.Context, c *Cluster, kubelet *rest.Config, name, providerID, installed string, labels map[string]string, taints []taint) error {
 	kube, err := kubernetes.NewForConfig(kubelet)
 	if err != nil {
 		return retry(ReasonStartFailed, "kubelet client: %v", err)
@@ -728,7 +768,7 @@ func (n *Node) register(ctx context.Context, c *Cluster, kubelet *rest.Config, n
 	}
 	node := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: all},
-		Spec:       corev1.NodeSpec{ProviderID: n.spec.ProviderID},
+		Spec:       corev1.NodeSpec{ProviderID: providerID},
 	}
 	for _, t := range taints {
 		node.Spec.Taints = append(node.Spec.Taints, corev1.Taint{Key: t.key, Value: t.value, Effect: corev1.TaintEffect(t.effect)})
@@ -739,10 +779,13 @@ func (n *Node) register(ctx context.Context, c *Cluster, kubelet *rest.Config, n
 		if gerr != nil {
 			return retry(ReasonStartFailed, "reading the existing Node %s: %v", name, gerr)
 		}
-		if existing.Spec.ProviderID != "" && existing.Spec.ProviderID != n.spec.ProviderID {
+		if providerID != "" && existing.Spec.ProviderID != "" && existing.Spec.ProviderID != providerID {
 			return retry(ReasonStartFailed, "a Node %s already exists for %s", name, existing.Spec.ProviderID)
 		}
-		existing.Labels, existing.Spec.ProviderID, existing.Spec.Taints = all, n.spec.ProviderID, node.Spec.Taints
+		if existing.Spec.ProviderID == "" {
+			existing.Spec.ProviderID = providerID
+		}
+		existing.Labels, existing.Spec.Taints = all, node.Spec.Taints
 		created, err = kube.CoreV1().Nodes().Update(ctx, existing, metav1.UpdateOptions{})
 	}
 	if err != nil {
@@ -761,7 +804,7 @@ func (n *Node) register(ctx context.Context, c *Cluster, kubelet *rest.Config, n
 		},
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.ip}, {Type: corev1.NodeHostName, Address: name}},
 		NodeInfo: corev1.NodeSystemInfo{
-			MachineID: n.machineID, SystemUUID: n.machineID, BootID: randomHex(16),
+			MachineID: n.machineID, SystemUUID: n.spec.SystemUUID, BootID: randomHex(16),
 			KubeletVersion: kubeletVersion(installed), OSImage: "Kairos (simulated)", KernelVersion: "6.6.0-kairos-sim",
 			OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "containerd://2.0.0-sim",
 		},

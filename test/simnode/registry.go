@@ -6,6 +6,7 @@ import (
 	mathrand "math/rand/v2"
 	"net"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"sync"
@@ -140,6 +141,17 @@ func (r *Registry) StartNode(spec NodeSpec) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	if spec.SystemUUID == "" {
+		spec.SystemUUID = randomUUID()
+	}
+	// What the firmware tells the machine about itself, where a real node reads it.
+	dmi := filepath.Join(root, "sys", "class", "dmi", "id")
+	if err := os.MkdirAll(dmi, 0o755); err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(dmi, "product_uuid"), []byte(spec.SystemUUID+"\n"), 0o444); err != nil {
+		return nil, err
+	}
 	n := newNode(r, spec, root, ip)
 	r.nodes[spec.ProviderID] = n
 	n.start()
@@ -175,9 +187,18 @@ func (r *Registry) Node(providerID string) *Node {
 	return r.nodes[providerID]
 }
 
-// NodeFor returns the node of the KairosSimMachine namespace/name, or nil.
+// NodeFor returns the node of the KairosSimMachine namespace/name, or nil; a machine started
+// again after it stopped has a new node, which wins.
 func (r *Registry) NodeFor(namespace, name string) *Node {
-	return r.Node(ProviderID(namespace, name))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var found *Node
+	for _, n := range r.nodes {
+		if n.spec.Namespace == namespace && n.spec.Name == name && (found == nil || found.Status().Phase == PhaseStopped) {
+			found = n
+		}
+	}
+	return found
 }
 
 // Nodes returns every node, sorted by provider ID.
@@ -334,4 +355,13 @@ func (r *Registry) initCluster(ctx context.Context, endpoint string, p *plan, cp
 	r.clusters[endpoint] = c
 	c.startLoop()
 	return c, nil
+}
+
+// randomUUID returns a random RFC 4122 version 4 UUID in lower case.
+func randomUUID() string {
+	h := randomHex(16)
+	b := []byte(h)
+	b[12] = '4'
+	b[16] = "89ab"[int(b[16])%4]
+	return fmt.Sprintf("%s-%s-%s-%s-%s", b[0:8], b[8:12], b[12:16], b[16:20], b[20:32])
 }

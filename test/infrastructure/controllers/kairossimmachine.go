@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -128,7 +129,7 @@ func (r *MachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 	}()
 
 	if !m.DeletionTimestamp.IsZero() {
-		r.Registry.StopNode(simnode.ProviderID(m.Namespace, m.Name))
+		r.Registry.StopNode(nodeKey(m))
 		m.Status.NodePhase = string(simnode.PhaseStopped)
 		conditions.Set(m, metav1.Condition{Type: infrav1.ProvisionedCondition, Status: metav1.ConditionFalse, Reason: infrav1.DeletingReason})
 		conditions.Set(m, metav1.Condition{Type: infrav1.BootstrapSucceededCondition, Status: metav1.ConditionFalse, Reason: infrav1.DeletingReason})
@@ -143,7 +144,7 @@ func (r *MachineReconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ 
 
 // releaseOrphan lets a KairosSimMachine without Machine or Cluster go.
 func (r *MachineReconciler) releaseOrphan(ctx context.Context, m *infrav1.KairosSimMachine) (ctrl.Result, error) {
-	r.Registry.StopNode(simnode.ProviderID(m.Namespace, m.Name))
+	r.Registry.StopNode(nodeKey(m))
 	if !controllerutil.ContainsFinalizer(m, infrav1.Finalizer) {
 		return ctrl.Result{}, nil
 	}
@@ -172,7 +173,7 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, cluster *cluste
 		return ctrl.Result{}, nil
 	}
 
-	providerID := simnode.ProviderID(m.Namespace, m.Name)
+	providerID, systemUUID := providerIDOf(m)
 	node := r.Registry.Node(providerID)
 	if node == nil || node.Status().Phase == simnode.PhaseStopped {
 		secret := &corev1.Secret{}
@@ -192,6 +193,7 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, cluster *cluste
 			Namespace: m.Namespace, Name: m.Name, ProviderID: providerID,
 			Endpoint:         net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port))),
 			APIBackendPort:   backend,
+			SystemUUID:       systemUUID,
 			Data:             data,
 			InstalledVersion: m.Spec.InstalledVersion,
 		})
@@ -248,4 +250,32 @@ func (r *MachineReconciler) apiBackendPort(ctx context.Context, cluster *cluster
 		return 0, nil
 	}
 	return int(sc.Spec.LoadBalancer.BackendPort), nil
+}
+
+// providerIDOf is the machine's provider ID in its convention, and the DMI product UUID of the
+// machine: its UID, a UUID that never changes while the machine exists (what a hypervisor's
+// BIOS UUID is to its VM).
+func providerIDOf(m *infrav1.KairosSimMachine) (providerID, systemUUID string) {
+	systemUUID = strings.ToLower(string(m.UID))
+	switch m.Spec.ProviderIDConvention {
+	case infrav1.ProviderIDVSphere:
+		return "vsphere://" + systemUUID, systemUUID
+	case infrav1.ProviderIDProxmox:
+		return "proxmox://" + systemUUID, systemUUID
+	case infrav1.ProviderIDKubeVirt:
+		return "kubevirt://" + m.Name, systemUUID
+	case infrav1.ProviderIDMetal3:
+		return "metal3://" + m.Namespace + "/bmh-" + m.Name + "/" + m.Name, systemUUID
+	default:
+		return simnode.ProviderID(m.Namespace, m.Name), systemUUID
+	}
+}
+
+// nodeKey is the provider ID the machine's node was registered under.
+func nodeKey(m *infrav1.KairosSimMachine) string {
+	if m.Spec.ProviderID != "" {
+		return m.Spec.ProviderID
+	}
+	id, _ := providerIDOf(m)
+	return id
 }

@@ -8,13 +8,23 @@ import (
 
 // KairosSimMachineSpec is the desired state of a simulated Kairos machine.
 type KairosSimMachineSpec struct {
-	// providerID is kairos-sim://<namespace>/<name>, set by the controller; the simulated node
-	// registers its Node with it.
+	// providerID is set by the controller once the machine exists, in the form
+	// providerIDConvention says. The simulated node does not know it: its Node gets whatever
+	// provider ID its bootstrap data and distribution give it, as a real node's does.
 	// NOTE: part of the Cluster API contract.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=512
 	ProviderID string `json:"providerID,omitempty"`
+
+	// providerIDConvention is the infrastructure provider whose provider IDs the machine gets:
+	// Simulation (kairos-sim://<namespace>/<name>), VSphere (vsphere://<BIOS UUID>), Proxmox
+	// (proxmox://<SMBIOS UUID>), KubeVirt (kubevirt://<VM name>) or Metal3
+	// (metal3://<namespace>/<BareMetalHost>/<Metal3Machine>). The machine's DMI product UUID is
+	// what the vSphere and Proxmox forms carry.
+	// +optional
+	// +kubebuilder:validation:Enum=Simulation;VSphere;Proxmox;KubeVirt;Metal3
+	ProviderIDConvention ProviderIDConvention `json:"providerIDConvention,omitempty"`
 
 	// failureDomain the machine is placed in (deprecated by the v1beta2 contract in favour of
 	// the Machine's spec.failureDomain, which takes precedence).
@@ -31,6 +41,21 @@ type KairosSimMachineSpec struct {
 	// +kubebuilder:validation:MaxLength=256
 	InstalledVersion string `json:"installedVersion,omitempty"`
 }
+
+// ProviderIDConvention names the form of a real infrastructure provider's provider IDs.
+type ProviderIDConvention string
+
+// The provider ID conventions the simulation models, each as its provider writes it: CAPV
+// (vsphere:// + the VM's BIOS UUID, pkg/util ConvertUUIDToProviderID), CAPMOX (proxmox:// + the
+// VM's SMBIOS UUID, pkg/provider GetProviderIDFromUUID), CAPK (kubevirt:// + the VM name) and
+// CAPM3 (metal3://<namespace>/<BareMetalHost>/<Metal3Machine>).
+const (
+	ProviderIDSimulation ProviderIDConvention = "Simulation"
+	ProviderIDVSphere    ProviderIDConvention = "VSphere"
+	ProviderIDProxmox    ProviderIDConvention = "Proxmox"
+	ProviderIDKubeVirt   ProviderIDConvention = "KubeVirt"
+	ProviderIDMetal3     ProviderIDConvention = "Metal3"
+)
 
 // KairosSimMachineStatus is the observed state of a KairosSimMachine.
 type KairosSimMachineStatus struct {
