@@ -53,6 +53,8 @@ type cpOptions struct {
 	// cluster shapes the Cluster and its KairosSimCluster (failure domains come from
 	// failureDomains).
 	cluster harness.ClusterOptions
+	// infra is the control-plane KairosSimMachineTemplate's template spec.
+	infra infrav1.KairosSimMachineSpec
 }
 
 // newControlPlaneCluster creates a Cluster on simulated infrastructure with a KairosControlPlane.
@@ -71,7 +73,8 @@ func newControlPlaneCluster(t *testing.T, dist bootstrapv1.Distribution, o cpOpt
 		APIGroup: controlplanev1.GroupVersion.Group, Kind: "KairosControlPlane", Name: name,
 	}
 	tc := h.NewCluster(t, ns, name, co)
-	tmpl := &infrav1.KairosSimMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-cp"}}
+	tmpl := &infrav1.KairosSimMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-cp"},
+		Spec: infrav1.KairosSimMachineTemplateSpec{Template: infrav1.KairosSimMachineTemplateResource{Spec: o.infra}}}
 	if err := h.Client.Create(ctx, tmpl); err != nil {
 		t.Fatal(err)
 	}

@@ -30,7 +30,7 @@ const waitRefusal = 2 * time.Minute
 
 // wrongWorkerToken returns credentials that look right (the cluster's CA and endpoint) but that
 // the cluster never issued: a k0s worker join token with an unknown bootstrap token, or a k3s
-// token pinning the right CA with another password.
+// agent token pinning the right CA with another password.
 func wrongWorkerToken(t *testing.T, ctx context.Context, tc *harness.TestCluster, dist bootstrapv1.Distribution) string {
 	t.Helper()
 	ca := &corev1.Secret{}
@@ -43,7 +43,7 @@ func wrongWorkerToken(t *testing.T, ctx context.Context, tc *harness.TestCluster
 		if err != nil {
 			t.Fatal(err)
 		}
-		tok, err := token.FormatK3sToken(hash, token.K3sServerUser, "00000000000000000000000000000000")
+		tok, err := token.FormatK3sToken(hash, token.K3sAgentUser, "00000000000000000000000000000000")
 		if err != nil {
 			t.Fatal(err)
 		}
