@@ -154,12 +154,12 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 		// The Node waits for the Machine's provider ID: k3s' embedded cloud controller would
 		// claim it first with k3s://<node name>, and a Node's provider ID never changes.
 		ExternalProviderID: providerIDFromMachine(spec, in),
-		HostnamePrefix:    spec.HostnamePrefix,
-		Users:             []render.User{user},
-		PreCommands:       spec.PreCommands,
-		PostCommands:      spec.PostCommands,
-		PKI:               in.PKI,
-		JoinToken:         in.JoinToken,
+		HostnamePrefix:     spec.HostnamePrefix,
+		Users:              []render.User{user},
+		PreCommands:        spec.PreCommands,
+		PostCommands:       spec.PostCommands,
+		PKI:                in.PKI,
+		JoinToken:          in.JoinToken,
 	}
 	if spec.Install != nil {
 		node.Install = &render.Install{
