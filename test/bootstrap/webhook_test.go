@@ -117,6 +117,10 @@ var invalidCases = []struct {
 	{"hostname and prefix", func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "node"; s.HostnamePrefix = "node-" }, []string{"spec.hostnamePrefix", "use hostnamePrefix only"}},
 	{"hostname not DNS", func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "Bad_Host" }, []string{"spec.hostname", "RFC 1123"}},
 	{"hostname prefix not DNS", func(s *bootstrapv1.KairosConfigSpec) { s.HostnamePrefix = "bad_" }, []string{"spec.hostnamePrefix", "RFC 1123"}},
+	{"hostname prefix with provider IDs from the Machine", func(s *bootstrapv1.KairosConfigSpec) { s.HostnamePrefix = "node-" },
+		[]string{"spec.hostnamePrefix", "named after its Machine", "set providerID.source to Distribution"}},
+	{"unknown provider ID source", func(s *bootstrapv1.KairosConfigSpec) { s.ProviderID.Source = "Cloud" },
+		[]string{"spec.providerID.source", "Unsupported value", "Machine", "Distribution"}},
 	{"install reboot and poweroff", func(s *bootstrapv1.KairosConfigSpec) {
 		s.Install = &bootstrapv1.Install{Reboot: ptr.To(true), Poweroff: true}
 	}, []string{"spec.install.poweroff", "keep reboot"}},

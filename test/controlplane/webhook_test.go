@@ -166,6 +166,7 @@ var invalidControlPlanes = []struct {
 	// the embedded KairosConfig spec must render, as the bootstrap provider would
 	{"embedded spec conflicts with a fragment", func(s *cpSpec) {
 		s.KairosConfigSpec.HostnamePrefix = "node-"
+		s.KairosConfigSpec.ProviderID.Source = bootstrapv1.ProviderIDFromDistribution
 		s.KairosConfigSpec.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "host", Content: `hostname: "cp-{{ trunc 4 .MachineID }}"`}}
 	}, []string{"spec.kairosConfigSpec.cloudConfigFragments[0].content", `key "hostname" is set by both "generated" and fragment "host"`}},
 	// every control-plane Machine gets the embedded spec: no literal hostname

@@ -178,14 +178,20 @@ func TestKairosControlPlaneWebhook(t *testing.T) {
 			wantErr: "spec.kairosConfigSpec.files[0].path: Invalid value: \"/etc/k0s/k0s.yaml\" is written by the renderer"},
 		{name: "literal hostname: every control-plane Machine would share it",
 			mutate:  func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.Hostname = "cp" },
-			wantErr: `spec.kairosConfigSpec.hostname: Forbidden: every Machine created from this template would be named "cp": use hostnamePrefix`},
+			wantErr: `spec.kairosConfigSpec.hostname: Forbidden: every Machine created from this template would be named "cp": leave it empty so that each node is named after its Machine`},
 		{name: "fragment with a literal hostname",
 			mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.KairosConfigSpec.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "host", Content: "hostname: cp"}}
 			},
 			wantErr: `spec.kairosConfigSpec.cloudConfigFragments[0].content: Forbidden: fragment "host" sets the literal hostname "cp"`},
-		{name: "hostnamePrefix accepted",
-			mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.HostnamePrefix = "cp-" }},
+		{name: "hostnamePrefix accepted with provider IDs from the distribution",
+			mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+				s.KairosConfigSpec.HostnamePrefix = "cp-"
+				s.KairosConfigSpec.ProviderID.Source = bootstrapv1.ProviderIDFromDistribution
+			}},
+		{name: "hostnamePrefix refused with provider IDs from the Machine",
+			mutate:  func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.HostnamePrefix = "cp-" },
+			wantErr: `spec.kairosConfigSpec.hostnamePrefix: Forbidden: with providerID.source Machine (the default) each node is named after its Machine`},
 		{name: "template reference: no dry render of the empty inline spec",
 			mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}
