@@ -33,6 +33,7 @@ generate: $(CONTROLLER_GEN) ## Generate deepcopy, CRDs, RBAC and webhook manifes
 	cd controlplane/api && $(CONTROLLER_GEN) crd paths=./... output:crd:dir=$(ROOT)/controlplane/config/crd/bases
 	cd controlplane && $(CONTROLLER_GEN) rbac:roleName=manager-role webhook paths=./... \
 		output:rbac:dir=$(ROOT)/controlplane/config/rbac output:webhook:dir=$(ROOT)/controlplane/config/webhook
+	cd test/infrastructure && $(CONTROLLER_GEN) object crd paths=./... output:crd:dir=./config/crd/bases
 
 .PHONY: fmt
 fmt: ## gofmt every module.

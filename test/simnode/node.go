@@ -78,9 +78,12 @@ type Status struct {
 
 // NodeSpec is what a simulated machine hands its node.
 type NodeSpec struct {
-	// Namespace and Name identify the KairosSimMachine; Name is the node name when the
-	// document sets no hostname.
+	// Namespace and Name identify the KairosSimMachine (or the instance of a
+	// KairosSimMachinePool); Name is the node name when the document sets no hostname.
 	Namespace, Name string
+	// Pool is the KairosSimMachinePool (in Namespace) the node is an instance of; empty for
+	// the node of a KairosSimMachine.
+	Pool string
 	// ProviderID is registered on the Node. Default: ProviderID(Namespace, Name).
 	ProviderID string
 	// Endpoint is host:port of the machine's cluster (the KairosSimCluster's endpoint).
@@ -210,8 +213,12 @@ func (n *Node) setStatus(s Status) {
 	n.mu.Unlock()
 	if changed {
 		n.reg.log.V(1).Info("Node status", "providerID", n.spec.ProviderID, "phase", s.Phase, "reason", s.Reason, "message", s.Message)
-		n.reg.notify(NodeEvent{Namespace: n.spec.Namespace, Name: n.spec.Name, ProviderID: n.spec.ProviderID})
+		n.reg.notify(n.event())
 	}
+}
+
+func (n *Node) event() NodeEvent {
+	return NodeEvent{Namespace: n.spec.Namespace, Name: n.spec.Name, Pool: n.spec.Pool, ProviderID: n.spec.ProviderID}
 }
 
 func (n *Node) start() {
@@ -238,7 +245,7 @@ func (n *Node) stop() {
 	n.status.Phase, n.status.Reason, n.status.Message = PhaseStopped, ReasonStopped, "the machine was deleted"
 	n.mu.Unlock()
 	if changed {
-		n.reg.notify(NodeEvent{Namespace: n.spec.Namespace, Name: n.spec.Name, ProviderID: n.spec.ProviderID})
+		n.reg.notify(n.event())
 	}
 }
 
