@@ -196,6 +196,41 @@ func TestMachinePoolAddsNodeAfterJoinTokenExpired(t *testing.T) {
 	if err := harness.CheckCondition(ctx, hp.Client, config, bootstrapv1.JoinTokenAvailableCondition, metav1.ConditionTrue, ""); err != nil {
 		t.Error(err)
 	}
+
+	// Scaling down switches a machine off, and Cluster API deletes its Node; deleting the
+	// MachinePool switches the rest off.
+	patch = client.MergeFrom(mp.DeepCopy())
+	mp.Spec.Replicas = ptr.To[int32](1)
+	if err := hp.Client.Patch(ctx, mp, patch); err != nil {
+		t.Fatal(err)
+	}
+	kept := waitPoolNodes(t, ctx, hp, tc, wl, mp, 1)[0]
+	for _, n := range nodes {
+		if n.sim.ProviderID() == kept.sim.ProviderID() {
+			continue
+		}
+		if st := n.sim.Status(); st.Phase != simnode.PhaseStopped {
+			t.Errorf("node %s left the pool but is %s", n, st.Phase)
+		}
+		if err := wl.Get(ctx, client.ObjectKeyFromObject(&n.node), &corev1.Node{}); !apierrors.IsNotFound(err) {
+			t.Errorf("node %s left the pool but its Node is still there (%v)", n, err)
+		}
+	}
+	if err := hp.Client.Delete(ctx, mp); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, func() error {
+		if err := hp.Client.Get(ctx, client.ObjectKeyFromObject(mp), &clusterv1.MachinePool{}); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("MachinePool %s still exists (%v)", mp.Name, err)
+		}
+		if left := hp.Registry.PoolNodes(ns, pool); len(left) > 0 {
+			return fmt.Errorf("machines %v of the deleted pool still run", left)
+		}
+		return nil
+	})
+	if st := kept.sim.Status(); st.Phase != simnode.PhaseStopped {
+		t.Errorf("node %s of the deleted pool is %s", kept, st.Phase)
+	}
 	t.Logf("MachinePool scenario checked after %s", elapsed())
 }
 
