@@ -7,7 +7,8 @@
 // (Cluster, Machine, MachineSet, MachineDeployment, MachineHealthCheck and, behind Cluster API's
 // MachinePool feature gate as in Cluster API's own manager, MachinePool), the bootstrap provider,
 // the simulation infrastructure controllers and the extra providers' Setup functions. Machines
-// become simulated Kairos nodes (test/simnode) that start real workload API servers.
+// (and every replica of a MachinePool on KairosSimMachinePool infrastructure) become simulated
+// Kairos nodes (test/simnode) that start real workload API servers.
 //
 // Start one Harness per test binary (TestMain) with New, or per test with Start. Logs are
 // silent unless KAIROS_TEST_LOG=1.
