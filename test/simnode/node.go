@@ -621,7 +621,10 @@ func (n *Node) bootK0sWorker(ctx context.Context, p *plan, name, installed strin
 		return retry(ReasonWaitingForControlPlane, "no API server answers at %s yet", info.server)
 	}
 	// The kubelet's TLS bootstrap, with the join token's kubeconfig: it trusts the token's CA
-	// and authenticates with the bootstrap token.
+	// and authenticates with the bootstrap token. The workload kube-apiserver runs with
+	// --enable-bootstrap-token-auth: its own authenticator answers 401 when the token's
+	// bootstrap-token-<id> Secret is missing (the token cleaner removed it), expired or holds
+	// another secret, as for a real kubelet, so nothing here re-checks the token.
 	bootstrap := &rest.Config{Host: info.server, BearerToken: info.token.String(), TLSClientConfig: rest.TLSClientConfig{CAData: info.caCert}, Timeout: 10 * time.Second}
 	kube, err := kubernetes.NewForConfig(bootstrap)
 	if err != nil {
