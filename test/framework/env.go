@@ -29,6 +29,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -297,13 +299,24 @@ func NewNamespace(t testing.TB, c client.Client, prefix string) string {
 // Secrets and Kairos objects behind in tests although it would not in reality. The process logs
 // to dir and dies with the test process.
 func (e *Environment) StartControllerManager(dir string) (*Process, error) {
-	assets, err := Assets()
-	if err != nil {
-		return nil, err
-	}
 	kubeconfig, err := e.AdminKubeconfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig for kube-controller-manager: %w", err)
+	}
+	return StartControllerManager(dir, kubeconfig, "garbage-collector-controller", "namespace-controller")
+}
+
+// StartControllerManager runs the given controllers of the envtest assets'
+// kube-controller-manager (by the names its --controllers flag takes, for example
+// token-cleaner-controller) against the API server of kubeconfig, which needs cluster-admin
+// rights. The process logs to dir/kube-controller-manager.log and dies with the test process.
+func StartControllerManager(dir string, kubeconfig []byte, controllers ...string) (*Process, error) {
+	if len(controllers) == 0 {
+		return nil, errors.New("kube-controller-manager: no controllers to run")
+	}
+	assets, err := Assets()
+	if err != nil {
+		return nil, err
 	}
 	path := filepath.Join(dir, "kube-controller-manager.kubeconfig")
 	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
@@ -312,7 +325,7 @@ func (e *Environment) StartControllerManager(dir string) (*Process, error) {
 	return StartProcess("kube-controller-manager", filepath.Join(dir, "kube-controller-manager.log"), nil,
 		filepath.Join(assets, "kube-controller-manager"),
 		"--kubeconfig="+path,
-		"--controllers=garbagecollector,namespace",
+		"--controllers="+strings.Join(controllers, ","),
 		"--leader-elect=false",
 		// No HTTPS endpoint: nothing scrapes it, and several test processes may run at once.
 		"--secure-port=0",
@@ -320,4 +333,24 @@ func (e *Environment) StartControllerManager(dir string) (*Process, error) {
 		"--concurrent-gc-syncs=10",
 		"-v=1",
 	)
+}
+
+// Kubeconfig returns a kubeconfig for a rest.Config that authenticates with a client
+// certificate or a bearer token given inline (as the admin configs of the simulated workload
+// clusters do).
+func Kubeconfig(cfg *rest.Config) ([]byte, error) {
+	if len(cfg.CertData) == 0 && cfg.BearerToken == "" {
+		return nil, errors.New("kubeconfig: the rest.Config has no inline client certificate or token")
+	}
+	const name = "default"
+	return clientcmd.Write(clientcmdapi.Config{
+		Clusters: map[string]*clientcmdapi.Cluster{name: {
+			Server: cfg.Host, CertificateAuthorityData: cfg.CAData, InsecureSkipTLSVerify: cfg.Insecure,
+		}},
+		AuthInfos: map[string]*clientcmdapi.AuthInfo{name: {
+			ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken,
+		}},
+		Contexts:       map[string]*clientcmdapi.Context{name: {Cluster: name, AuthInfo: name}},
+		CurrentContext: name,
+	})
 }

@@ -78,3 +78,64 @@ func TestControllerManagerCollectsGarbage(t *testing.T) {
 }
 
 var errStillThere = errors.New("still there")
+
+// The controller manager also runs single controllers against any API server: its token
+// cleaner deletes a bootstrap token Secret once the token's expiration has passed (the
+// lifecycle tests run it against simulated workload clusters), and leaves a valid one alone.
+func TestControllerManagerCleansExpiredTokens(t *testing.T) {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	env, err := framework.Start(framework.Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	kubeconfig, err := framework.Kubeconfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcm, err := framework.StartControllerManager(t.TempDir(), kubeconfig, "token-cleaner-controller")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kcm.Stop(10 * time.Second) })
+
+	ctx := context.Background()
+	c := env.Client
+	token := func(id string, expires time.Time) *corev1.Secret {
+		return &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: "bootstrap-token-" + id},
+			Type:       corev1.SecretTypeBootstrapToken,
+			StringData: map[string]string{
+				"token-id": id, "token-secret": "0123456789abcdef",
+				"expiration":                     expires.UTC().Format(time.RFC3339),
+				"usage-bootstrap-authentication": "true",
+			},
+		}
+	}
+	expiring := token("abcdef", time.Now().Add(3*time.Second))
+	valid := token("ghijkl", time.Now().Add(time.Hour))
+	for _, s := range []*corev1.Secret{expiring, valid} {
+		if err := c.Create(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	framework.Eventually(t, time.Minute, func() error {
+		err := c.Get(ctx, client.ObjectKeyFromObject(expiring), &corev1.Secret{})
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		return errStillThere
+	})
+	if err := c.Get(ctx, client.ObjectKeyFromObject(valid), &corev1.Secret{}); err != nil {
+		t.Errorf("the token cleaner removed a valid token: %v", err)
+	}
+	if exited, err := kcm.Exited(); exited {
+		t.Fatalf("kube-controller-manager exited: %v\n%s", err, kcm.Output())
+	}
+}

@@ -4,9 +4,11 @@
 // provider's, with kube-controller-manager's garbage collector and namespace controller (so
 // owner references delete what a deleted object owned, as in a real management cluster); and
 // one manager running Cluster API's ClusterCache and core reconcilers
-// (Cluster, Machine, MachineSet, MachineDeployment, MachineHealthCheck), the bootstrap provider,
+// (Cluster, Machine, MachineSet, MachineDeployment, MachineHealthCheck and, behind Cluster API's
+// MachinePool feature gate as in Cluster API's own manager, MachinePool), the bootstrap provider,
 // the simulation infrastructure controllers and the extra providers' Setup functions. Machines
-// become simulated Kairos nodes (test/simnode) that start real workload API servers.
+// (and every replica of a MachinePool on KairosSimMachinePool infrastructure) become simulated
+// Kairos nodes (test/simnode) that start real workload API servers.
 //
 // Start one Harness per test binary (TestMain) with New, or per test with Start. Logs are
 // silent unless KAIROS_TEST_LOG=1.
@@ -65,9 +67,11 @@ import (
 	"sigs.k8s.io/cluster-api/core/reconcilers/machine"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machinedeployment"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machinehealthcheck"
+	"sigs.k8s.io/cluster-api/core/reconcilers/machinepool"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machineset"
 	capisetup "sigs.k8s.io/cluster-api/core/setup"
 	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
+	"sigs.k8s.io/cluster-api/feature"
 	"sigs.k8s.io/cluster-api/util/index"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
@@ -322,7 +326,7 @@ func (h *Harness) startEnv() error {
 
 // servedCAPIWebhooks are the Cluster API admission webhooks the harness serves (by the
 // resource in their path); the others' configurations are not installed.
-var servedCAPIWebhooks = sets.New("cluster", "clusterclass", "machine", "machineset", "machinedeployment", "machinehealthcheck", "machinedrainrule")
+var servedCAPIWebhooks = sets.New("cluster", "clusterclass", "machine", "machineset", "machinedeployment", "machinehealthcheck", "machinedrainrule", "machinepool")
 
 // ServesCAPIWebhook tells whether the harness serves the Cluster API webhook at path.
 func ServesCAPIWebhook(path string) bool {
@@ -575,6 +579,15 @@ func (h *Harness) newManager(ctx context.Context) (_ ctrl.Manager, _ clustercach
 	}).SetupWithManager(ctx, mgr, concurrency(10)); err != nil {
 		return nil, nil, fmt.Errorf("MachineHealthCheck controller: %w", err)
 	}
+	// Cluster API's manager wires the MachinePool controller behind its feature gate (on by
+	// default); its webhook refuses MachinePools while the gate is off.
+	if feature.Gates.Enabled(feature.MachinePool) {
+		if err := (&machinepool.Reconciler{
+			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
+		}).SetupWithManager(ctx, mgr, concurrency(10)); err != nil {
+			return nil, nil, fmt.Errorf("MachinePool controller: %w", err)
+		}
+	}
 	for name, setup := range map[string]interface{ SetupWebhookWithManager(ctrl.Manager) error }{
 		"Cluster":            &coreadmission.Cluster{Client: mgr.GetClient(), ClusterCacheReader: cc},
 		"ClusterClass":       &coreadmission.ClusterClass{Client: mgr.GetClient()},
@@ -583,6 +596,7 @@ func (h *Harness) newManager(ctx context.Context) (_ ctrl.Manager, _ clustercach
 		"MachineDeployment":  &coreadmission.MachineDeployment{},
 		"MachineHealthCheck": &coreadmission.MachineHealthCheck{},
 		"MachineDrainRule":   &coreadmission.MachineDrainRule{},
+		"MachinePool":        &coreadmission.MachinePool{},
 	} {
 		if err := setup.SetupWebhookWithManager(mgr); err != nil {
 			return nil, nil, fmt.Errorf("%s webhook: %w", name, err)

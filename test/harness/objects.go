@@ -266,6 +266,85 @@ func (tc *TestCluster) CreateMachineDeployment(ctx context.Context, name string,
 	return md, nil
 }
 
+// MachinePoolOptions shape a MachinePool.
+type MachinePoolOptions struct {
+	Replicas int32
+	// Version is the pool's spec.template.spec.version.
+	Version string
+	// Config is the spec of the pool's KairosConfig: one KairosConfig, hence one bootstrap data
+	// Secret, for every node of the pool.
+	Config bootstrapv1.KairosConfigSpec
+	// Infra is the KairosSimMachinePool spec.
+	Infra infrav1.KairosSimMachinePoolSpec
+}
+
+// CreateMachinePool creates a KairosConfig, a KairosSimMachinePool and a MachinePool using
+// them, all named name. Cluster API's MachinePool controller makes the MachinePool their
+// controller.
+func (tc *TestCluster) CreateMachinePool(ctx context.Context, name string, o MachinePoolOptions) (*clusterv1.MachinePool, error) {
+	c, ns, cluster := tc.h.Client, tc.Cluster.Namespace, tc.Cluster.Name
+	labels := map[string]string{clusterv1.ClusterNameLabel: cluster}
+	config := &bootstrapv1.KairosConfig{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: copyMap(labels)},
+		Spec:       o.Config,
+	}
+	if err := c.Create(ctx, config); err != nil {
+		return nil, fmt.Errorf("creating KairosConfig: %w", err)
+	}
+	infra := &infrav1.KairosSimMachinePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: copyMap(labels)},
+		Spec:       o.Infra,
+	}
+	if err := c.Create(ctx, infra); err != nil {
+		return nil, fmt.Errorf("creating KairosSimMachinePool: %w", err)
+	}
+	mp := &clusterv1.MachinePool{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: copyMap(labels)},
+		Spec: clusterv1.MachinePoolSpec{
+			ClusterName: cluster,
+			Replicas:    ptr.To(o.Replicas),
+			Template: clusterv1.MachineTemplateSpec{
+				Spec: clusterv1.MachineSpec{
+					ClusterName: cluster,
+					Version:     o.Version,
+					Bootstrap: clusterv1.Bootstrap{ConfigRef: clusterv1.ContractVersionedObjectReference{
+						APIGroup: bootstrapv1.GroupVersion.Group, Kind: "KairosConfig", Name: name,
+					}},
+					InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+						APIGroup: infrav1.GroupVersion.Group, Kind: "KairosSimMachinePool", Name: name,
+					},
+				},
+			},
+		},
+	}
+	if err := c.Create(ctx, mp); err != nil {
+		return nil, fmt.Errorf("creating MachinePool: %w", err)
+	}
+	return mp, nil
+}
+
+// StartTokenCleaner runs kube-controller-manager's token cleaner against the cluster's
+// workload API server (it must run already), until the test ends. A real k0s controller runs
+// it (k0s enables it in its kube-controller-manager): it deletes bootstrap token Secrets whose
+// expiration has passed, so an expired join token really is gone.
+func (tc *TestCluster) StartTokenCleaner(t testing.TB) *framework.Process {
+	t.Helper()
+	sc := tc.SimCluster(context.Background())
+	if sc == nil {
+		t.Fatalf("cluster %s has no running workload API server", tc.Cluster.Name)
+	}
+	kubeconfig, err := framework.Kubeconfig(sc.AdminConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	kcm, err := framework.StartControllerManager(t.TempDir(), kubeconfig, "token-cleaner-controller")
+	if err != nil {
+		t.Fatalf("starting the token cleaner of cluster %s: %v", tc.Cluster.Name, err)
+	}
+	t.Cleanup(func() { _ = kcm.Stop(10 * time.Second) })
+	return kcm
+}
+
 // Machines lists the cluster's Machines.
 func (tc *TestCluster) Machines(ctx context.Context) ([]clusterv1.Machine, error) {
 	list := &clusterv1.MachineList{}

@@ -32,6 +32,12 @@ func TestCRDsFollowTheContract(t *testing.T) {
 			{"spec", "providerID"}, {"spec", "failureDomain"}, {"spec", "installedVersion"},
 			{"status", "initialization", "provisioned"}, {"status", "addresses"}, {"status", "conditions"},
 		},
+		// The InfraMachinePool contract's mandatory fields, and status.ready, which the
+		// MachinePool controller of Cluster API v1.14 reads for initialization.
+		"KairosSimMachinePool": {
+			{"spec", "providerIDList"}, {"status", "replicas"}, {"status", "initialization", "provisioned"},
+			{"status", "ready"}, {"status", "conditions"}, {"status", "instances"},
+		},
 		"KairosSimClusterTemplate": {{"spec", "template", "spec", "controlPlaneEndpoint"}},
 		"KairosSimMachineTemplate": {{"spec", "template", "spec", "providerID"}, {"spec", "template", "metadata"}},
 	}

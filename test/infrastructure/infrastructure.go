@@ -1,9 +1,9 @@
 // Package infrastructure is a small Cluster API infrastructure provider for the lifecycle
-// tests: KairosSimCluster and KairosSimMachine (api/v1beta2), reconciled by the controllers
-// package on top of the simulated Kairos nodes of test/simnode. Its CRDs are generated into
-// config/crd/bases with the repository's controller-gen:
-//
-//	cd test/infrastructure && ../../bin/controller-gen-v0.21.0 object crd paths=./... output:crd:dir=./config/crd/bases
+// tests: KairosSimCluster, KairosSimMachine and KairosSimMachinePool (api/v1beta2), reconciled
+// by the controllers package on top of the simulated Kairos nodes of test/simnode. Its CRDs and
+// deep-copy functions are generated into config/crd/bases by `make generate` (which runs
+// `controller-gen object crd paths=./... output:crd:dir=./config/crd/bases` here), and `make
+// verify` checks that they are up to date.
 package infrastructure
 
 import (

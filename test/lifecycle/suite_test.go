@@ -7,7 +7,9 @@
 // refusal_test.go use the bootstrap provider only (no controlPlaneRef): Cluster API's Cluster
 // controller then writes <cluster>-kubeconfig from <cluster>-ca and marks the control plane
 // initialized once a control-plane Machine has a nodeRef. The controlplane_test.go scenarios
-// use a KairosControlPlane.
+// use a KairosControlPlane. machinepool_test.go starts its own management cluster, whose
+// bootstrap provider gives join tokens a lifetime of seconds, and runs a MachinePool on
+// KairosSimMachinePool infrastructure.
 //
 // Run everything, or one scenario for one distribution:
 //

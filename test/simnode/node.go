@@ -79,9 +79,12 @@ type Status struct {
 
 // NodeSpec is what a simulated machine hands its node.
 type NodeSpec struct {
-	// Namespace and Name identify the KairosSimMachine; Name is the node name when the
-	// document sets no hostname.
+	// Namespace and Name identify the KairosSimMachine (or the instance of a
+	// KairosSimMachinePool); Name is the node name when the document sets no hostname.
 	Namespace, Name string
+	// Pool is the KairosSimMachinePool (in Namespace) the node is an instance of; empty for
+	// the node of a KairosSimMachine.
+	Pool string
 	// ProviderID is the machine's provider ID as its infrastructure provider knows it (the
 	// KairosSimMachine's spec.providerID); the registry finds the node by it. The node itself
 	// does not know it: its Node gets the provider ID its document gives it (see
@@ -221,8 +224,12 @@ func (n *Node) setStatus(s Status) {
 	n.mu.Unlock()
 	if changed {
 		n.reg.log.V(1).Info("Node status", "providerID", n.spec.ProviderID, "phase", s.Phase, "reason", s.Reason, "message", s.Message)
-		n.reg.notify(NodeEvent{Namespace: n.spec.Namespace, Name: n.spec.Name, ProviderID: n.spec.ProviderID})
+		n.reg.notify(n.event())
 	}
+}
+
+func (n *Node) event() NodeEvent {
+	return NodeEvent{Namespace: n.spec.Namespace, Name: n.spec.Name, Pool: n.spec.Pool, ProviderID: n.spec.ProviderID}
 }
 
 func (n *Node) start() {
@@ -249,7 +256,7 @@ func (n *Node) stop() {
 	n.status.Phase, n.status.Reason, n.status.Message = PhaseStopped, ReasonStopped, "the machine was deleted"
 	n.mu.Unlock()
 	if changed {
-		n.reg.notify(NodeEvent{Namespace: n.spec.Namespace, Name: n.spec.Name, ProviderID: n.spec.ProviderID})
+		n.reg.notify(n.event())
 	}
 }
 
@@ -643,7 +650,10 @@ func (n *Node) bootK0sWorker(ctx context.Context, p *plan, name, installed strin
 		return retry(ReasonWaitingForControlPlane, "no API server answers at %s yet", info.server)
 	}
 	// The kubelet's TLS bootstrap, with the join token's kubeconfig: it trusts the token's CA
-	// and authenticates with the bootstrap token.
+	// and authenticates with the bootstrap token. The workload kube-apiserver runs with
+	// --enable-bootstrap-token-auth: its own authenticator answers 401 when the token's
+	// bootstrap-token-<id> Secret is missing (the token cleaner removed it), expired or holds
+	// another secret, as for a real kubelet, so nothing here re-checks the token.
 	bootstrap := &rest.Config{Host: info.server, BearerToken: info.token.String(), TLSClientConfig: rest.TLSClientConfig{CAData: info.caCert}, Timeout: 10 * time.Second}
 	kube, err := kubernetes.NewForConfig(bootstrap)
 	if err != nil {
@@ -874,6 +884,29 @@ func (n *Node) SetNodeCondition(ctx context.Context, cond corev1.NodeCondition) 
 			return err
 		}
 	}
+}
+
+// RunCloudNodeController does for the node's Node what an infrastructure provider's cloud
+// controller manager does for a Node that registered without a provider ID (k8s.io/cloud-provider
+// cloud-node controller): it writes the machine's provider ID, id. A Node that has one keeps
+// it, as the API server never changes a provider ID once set. Infrastructure whose nodes
+// share one bootstrap document (machine pools) relies on it in reality.
+func (n *Node) RunCloudNodeController(ctx context.Context, id string) error {
+	c := n.Cluster()
+	name := n.Name()
+	if c == nil || name == "" {
+		return nil // not registered yet
+	}
+	node := &corev1.Node{}
+	if err := c.client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return client.IgnoreNotFound(err)
+	}
+	if node.Spec.ProviderID != "" {
+		return nil
+	}
+	patch := client.MergeFromWithOptions(node.DeepCopy(), client.MergeFromWithOptimisticLock{})
+	node.Spec.ProviderID = id
+	return c.client.Patch(ctx, node, patch)
 }
 
 // etcdServer returns the node's etcd member, or nil.

@@ -59,9 +59,10 @@ type Registry struct {
 	peers peerNet
 }
 
-// NodeEvent tells that the status of the node of a KairosSimMachine changed.
+// NodeEvent tells that the status of the node of a KairosSimMachine (Name) or of an instance
+// (Name) of a KairosSimMachinePool (Pool) changed.
 type NodeEvent struct {
-	Namespace, Name, ProviderID string
+	Namespace, Name, Pool, ProviderID string
 }
 
 // NewRegistry creates an empty registry.
@@ -218,6 +219,19 @@ func (r *Registry) NodesOf(endpoint string) []*Node {
 	var out []*Node
 	for _, n := range r.Nodes() {
 		if n.spec.Endpoint == endpoint {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// PoolNodes returns the nodes of the KairosSimMachinePool namespace/pool that are not stopped,
+// sorted by provider ID. The registry is the pool's "cloud": what runs there is what the pool
+// has, whatever its object says and however often its controller restarted.
+func (r *Registry) PoolNodes(namespace, pool string) []*Node {
+	var out []*Node
+	for _, n := range r.Nodes() {
+		if n.spec.Namespace == namespace && n.spec.Pool == pool && n.Status().Phase != PhaseStopped {
 			out = append(out, n)
 		}
 	}

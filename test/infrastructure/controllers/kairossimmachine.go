@@ -57,6 +57,9 @@ func (r *MachineReconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manag
 	}
 	events := make(chan event.TypedGenericEvent[*infrav1.KairosSimMachine], 1024)
 	unsubscribe := r.Registry.Subscribe(func(e simnode.NodeEvent) {
+		if e.Pool != "" {
+			return // an instance of a KairosSimMachinePool
+		}
 		m := &infrav1.KairosSimMachine{ObjectMeta: metav1.ObjectMeta{Namespace: e.Namespace, Name: e.Name}}
 		select {
 		case events <- event.TypedGenericEvent[*infrav1.KairosSimMachine]{Object: m}:

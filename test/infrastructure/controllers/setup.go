@@ -1,6 +1,6 @@
-// Package controllers reconciles the simulation infrastructure provider's KairosSimClusters
-// and KairosSimMachines in Cluster API style (pause, patch helper, v1beta2 conditions), on top
-// of the simulated nodes and workload clusters of test/simnode.
+// Package controllers reconciles the simulation infrastructure provider's KairosSimClusters,
+// KairosSimMachines and KairosSimMachinePools in Cluster API style (pause, patch helper,
+// v1beta2 conditions), on top of the simulated nodes and workload clusters of test/simnode.
 package controllers
 
 import (
@@ -24,9 +24,9 @@ type Options struct {
 	Concurrency int
 }
 
-// Setup registers the KairosSimCluster and KairosSimMachine controllers with mgr. ctx must be
-// the context the manager runs with: the machine controller stops listening to node events
-// when it ends.
+// Setup registers the KairosSimCluster, KairosSimMachine and KairosSimMachinePool controllers
+// with mgr. ctx must be the context the manager runs with: the machine and pool controllers
+// stop listening to node events when it ends.
 func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	if o.Registry == nil {
 		return errors.New("infrastructure controllers: Registry is required")
@@ -40,7 +40,12 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}).SetupWithManager(ctx, mgr, opts); err != nil {
 		return err
 	}
-	return (&MachineReconciler{
+	if err := (&MachineReconciler{
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: o.Registry, WatchFilterValue: o.WatchFilter,
+	}).SetupWithManager(ctx, mgr, opts); err != nil {
+		return err
+	}
+	return (&MachinePoolReconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), Registry: o.Registry, WatchFilterValue: o.WatchFilter,
 	}).SetupWithManager(ctx, mgr, opts)
 }

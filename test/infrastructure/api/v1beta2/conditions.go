@@ -13,7 +13,9 @@ const (
 
 	// BootstrapSucceededCondition reports what the simulated node made of its bootstrap data:
 	// true once its distribution is up and it wrote the Cluster API bootstrap sentinel, false
-	// with the node's reason (for example BootstrapDataRefused or JoinFailed) otherwise.
+	// with the node's reason (for example BootstrapDataRefused or JoinFailed) otherwise. On a
+	// KairosSimMachinePool it is true when every machine of the pool did, false with the
+	// reasons of those that did not.
 	BootstrapSucceededCondition = "BootstrapSucceeded"
 )
 
@@ -29,8 +31,13 @@ const (
 	WaitingForControlPlaneEndpointReason  = "WaitingForControlPlaneEndpoint"
 	WaitingForBootstrapDataReason         = "WaitingForBootstrapData"
 	DeletingReason                        = "Deleting"
+
+	// InstancesBootstrappedReason and InstancesNotBootstrappedReason: the BootstrapSucceeded
+	// reasons of a KairosSimMachinePool.
+	InstancesBootstrappedReason    = "InstancesBootstrapped"
+	InstancesNotBootstrappedReason = "InstancesNotBootstrapped"
 )
 
-// Finalizer is set on KairosSimClusters and KairosSimMachines so that their simulated
-// resources (workload API server, node) are released before the objects go away.
+// Finalizer is set on KairosSimClusters, KairosSimMachines and KairosSimMachinePools so that
+// their simulated resources (workload API server, nodes) are released before the objects go away.
 const Finalizer = "kairossim.infrastructure.cluster.x-k8s.io"
