@@ -38,7 +38,14 @@ type Request struct {
 	Name string `json:"name,omitempty"`
 	// Code is the HTTP status the API server answered (0 for a watch still open).
 	Code int `json:"code"`
+	// Patch is the beginning of a PATCH request's body, kept for the trace: it shows what
+	// each patch changes (or that it changes nothing). Other bodies are not kept, since
+	// creates carry Secret data.
+	Patch string `json:"patch,omitempty"`
 }
+
+// maxPatch bounds how much of a patch body the trace keeps.
+const maxPatch = 2048
 
 // IsWrite reports whether the request asks the API server to change something. A write
 // answered with an error (a DELETE answered 404, a conflict) still counts: the client sent it
@@ -202,6 +209,16 @@ func (p *Proxy) count(next http.Handler) http.Handler {
 			p.mu.Unlock()
 			next.ServeHTTP(w, r)
 			return
+		}
+		if r.Method == http.MethodPatch && r.Body != nil {
+			body, err := io.ReadAll(r.Body)
+			_ = r.Body.Close()
+			if err != nil {
+				http.Error(w, "reading the request body: "+err.Error(), http.StatusBadRequest)
+				return
+			}
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			req.Patch = string(body[:min(len(body), maxPatch)])
 		}
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
 		next.ServeHTTP(sw, r)
