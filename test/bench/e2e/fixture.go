@@ -184,6 +184,7 @@ func createUnrelatedSecrets(ctx context.Context, c client.Client, namespace stri
 func parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
 	var (
 		next     atomic.Int64
+		failed   atomic.Bool
 		wg       sync.WaitGroup
 		once     sync.Once
 		firstErr error
@@ -194,11 +195,12 @@ func parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
 			defer wg.Done()
 			for {
 				i := int(next.Add(1) - 1)
-				if i >= n || ctx.Err() != nil {
+				if i >= n || failed.Load() || ctx.Err() != nil {
 					return
 				}
 				if err := fn(i); err != nil {
 					once.Do(func() { firstErr = err })
+					failed.Store(true)
 					return
 				}
 			}

@@ -3,6 +3,7 @@ package e2e
 import (
 	"fmt"
 	"io"
+	"runtime"
 	"strings"
 )
 
@@ -52,8 +53,7 @@ func (r *Result) WriteTable(w io.Writer) {
 	if r.UnrelatedSecrets > 0 {
 		fmt.Fprintf(w, "; memory: %d unrelated Secrets", r.UnrelatedSecrets)
 	}
-	fmt.Fprintln(w)
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "; load average %s at the start, %s at the end (%d cores)\n\n", r.Load[0], r.Load[1], runtime.NumCPU())
 
 	header := []string{""}
 	for _, p := range r.Runs {

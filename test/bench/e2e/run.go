@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -75,15 +76,18 @@ type Options struct {
 
 // Result is everything one run measured.
 type Result struct {
-	N                int               `json:"n"`
-	KubeVersion      string            `json:"kubeVersion"`
-	CAPIVersion      string            `json:"capiVersion,omitempty"`
-	SyncPeriod       time.Duration     `json:"syncPeriod"`
-	UnrelatedSecrets int               `json:"unrelatedSecrets"`
-	Quiet            time.Duration     `json:"quiet"`
-	WorkDir          string            `json:"workDir,omitempty"`
-	Runs             []*ProviderResult `json:"runs"`
-	byProvider       map[Provider]*ProviderResult
+	N                int           `json:"n"`
+	KubeVersion      string        `json:"kubeVersion"`
+	CAPIVersion      string        `json:"capiVersion,omitempty"`
+	SyncPeriod       time.Duration `json:"syncPeriod"`
+	UnrelatedSecrets int           `json:"unrelatedSecrets"`
+	Quiet            time.Duration `json:"quiet"`
+	// Load is the machine's load average (/proc/loadavg) when the run started and ended: the
+	// managers share the cores with everything else, and a busy machine slows them.
+	Load       [2]string         `json:"load"`
+	WorkDir    string            `json:"workDir,omitempty"`
+	Runs       []*ProviderResult `json:"runs"`
+	byProvider map[Provider]*ProviderResult
 }
 
 // Get returns the result of provider p, or nil.
@@ -253,8 +257,13 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		}
 	}
 	b := &bench{o: o, specs: map[Provider]providerSpec{}}
+	defer func() {
+		if res != nil {
+			res.Load[1] = loadAverage()
+		}
+	}()
 	res = &Result{N: o.N, SyncPeriod: o.SyncPeriod, UnrelatedSecrets: o.UnrelatedSecrets, Quiet: o.Quiet, WorkDir: o.WorkDir,
-		byProvider: map[Provider]*ProviderResult{}}
+		byProvider: map[Provider]*ProviderResult{}, Load: [2]string{loadAverage()}}
 	if err := b.build(res); err != nil {
 		return nil, err
 	}
@@ -723,6 +732,19 @@ func (b *bench) resyncWindow(ctx context.Context, spec providerSpec, namespace, 
 	b.o.Logf("%s: %d writes in the resync window (%d at start-up, %d later), %d reconciles (%d at start-up, %d later)", spec.name,
 		r.Writes, r.StartupWrites, r.PeriodicWrites, r.Reconciles, r.StartupReconciles, r.Reconciles-r.StartupReconciles)
 	return r, nil
+}
+
+// loadAverage returns the 1, 5 and 15 minute load averages, or "?".
+func loadAverage() string {
+	data, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(data))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }
 
 func side(reqs []Request) Side {
