@@ -80,6 +80,12 @@ fuzz: ## Run every fuzz target for FUZZTIME (default 15s) each.
 bench: ## Run the benchmarks.
 	cd common && go test -run '^$$' -bench . -benchmem ./...
 
+BENCH_N ?= 200
+
+.PHONY: bench-e2e
+bench-e2e: ## Kairos bootstrap manager vs CABPK vs the write floor against one API server (BENCH_N=200, BENCH_FLAGS; not in make test).
+	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go run ./cmd/bench-e2e -n $(BENCH_N) $(BENCH_FLAGS)
+
 ##@ Running
 
 .PHONY: sandbox
