@@ -33,7 +33,7 @@ func main() {
 		Cache:            manager.CacheOptions,
 		AddFlags: func(fs *pflag.FlagSet) {
 			fs.DurationVar(&tokenTTL, "bootstrap-token-ttl", setup.DefaultTokenTTL, "Lifetime of generated join tokens; they are refreshed until the node has joined.")
-			fs.IntVar(&concurrency, "kairosconfig-concurrency", 10, "Number of KairosConfigs reconciled at once.")
+			fs.IntVar(&concurrency, "kairosconfig-concurrency", 100, "Number of KairosConfigs reconciled at once (as Cluster API's kubeadmconfig-concurrency).")
 		},
 		Setup: func(ctx context.Context, mgr ctrl.Manager, o *manager.Options) error {
 			cc, err := manager.NewClusterCache(ctx, mgr, setup.ControllerName, o.ClusterCacheOptions())

@@ -77,6 +77,14 @@ func (l *Lock) Holder(ctx context.Context, cluster *clusterv1.Cluster) (string, 
 // Release removes the lock once the cluster is initialized.
 func (l *Lock) Release(ctx context.Context, cluster *clusterv1.Cluster) error {
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: Name(cluster)}}
+	// Every node bootstrapped after the control plane came up releases the lock: reading
+	// first keeps that from costing a write (a DELETE answered 404) per node.
+	if err := l.Reader.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
+		if apierrors.IsNotFound(err) {
+			return nil
+		}
+		return fmt.Errorf("reading init lock: %w", err)
+	}
 	if err := l.Client.Delete(ctx, cm); err != nil && !apierrors.IsNotFound(err) {
 		return fmt.Errorf("releasing init lock: %w", err)
 	}

@@ -216,7 +216,8 @@ func TestErrors(t *testing.T) {
 			return err
 		}, "reading init lock: boom"},
 		{"Release", &interceptor.Funcs{Delete: func(context.Context, client.WithWatch, client.Object, ...client.DeleteOption) error { return boom }},
-			nil, func(l *initlock.Lock) error { return l.Release(context.Background(), testCluster) }, "releasing init lock: boom"},
+			[]client.Object{existing}, func(l *initlock.Lock) error { return l.Release(context.Background(), testCluster) }, "releasing init lock: boom"},
+		{"Release reading the lock", failGet("configmap"), nil, func(l *initlock.Lock) error { return l.Release(context.Background(), testCluster) }, "reading init lock: boom"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -226,6 +227,22 @@ func TestErrors(t *testing.T) {
 				t.Fatalf("error = %v, want %q wrapping the cause", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestReleaseWithoutALockWritesNothing: every node bootstrapped after the control plane came
+// up releases the lock; when there is none, that costs no write.
+func TestReleaseWithoutALockWritesNothing(t *testing.T) {
+	deletes := 0
+	l, _ := newLock(t, &interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+		deletes++
+		return c.Delete(ctx, obj, opts...)
+	}})
+	if err := l.Release(context.Background(), testCluster); err != nil {
+		t.Fatal(err)
+	}
+	if deletes != 0 {
+		t.Errorf("%d DELETEs without a lock, want 0", deletes)
 	}
 }
 

@@ -41,4 +41,6 @@ func (offlineTokens) Create(context.Context, client.ObjectKey, token.BootstrapTo
 	return nil
 }
 
-func (offlineTokens) Refresh(context.Context, client.ObjectKey, string, time.Time) error { return nil }
+func (offlineTokens) Refresh(_ context.Context, _ client.ObjectKey, _ string, expires, _ time.Time) (time.Time, error) {
+	return expires, nil
+}

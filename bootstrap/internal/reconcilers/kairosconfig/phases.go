@@ -102,12 +102,12 @@ func (r *Reconciler) refreshJoinToken(ctx context.Context, s *scope, secret *cor
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("tokenID", id)
 	expires := r.tokenExpiry()
-	err := r.Tokens.Refresh(ctx, s.clusterKey(), id, expires)
+	valid, err := r.Tokens.Refresh(ctx, s.clusterKey(), id, expires, r.tokenKeepAfter())
 	switch {
 	case err == nil:
-		log.V(4).Info("Refreshed join token")
+		log.V(4).Info("Join token valid", "until", valid)
 		s.joinToken = joinTokenCondition(metav1.ConditionTrue, bootstrapv1.JoinTokenValidReason,
-			"bootstrap token %s is valid until %s and refreshed while a node may join with it", id, expires.UTC().Format(time.RFC3339))
+			"bootstrap token %s is valid until %s and refreshed while a node may join with it", id, valid.UTC().Format(time.RFC3339))
 		return ctrl.Result{RequeueAfter: r.tokenRefreshInterval()}, nil
 	case !apierrors.IsNotFound(err):
 		log.Info("Could not refresh the join token, retrying", "reason", err.Error())

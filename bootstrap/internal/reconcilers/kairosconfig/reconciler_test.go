@@ -61,11 +61,11 @@ func (s *stubTokens) Create(_ context.Context, cluster client.ObjectKey, t token
 	return s.createErr
 }
 
-func (s *stubTokens) Refresh(_ context.Context, cluster client.ObjectKey, id string, expires time.Time) error {
+func (s *stubTokens) Refresh(_ context.Context, cluster client.ObjectKey, id string, expires, _ time.Time) (time.Time, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.refreshed = append(s.refreshed, refreshCall{cluster, id, expires})
-	return s.refreshErr
+	return expires, s.refreshErr
 }
 
 var _ WorkloadTokens = &stubTokens{}
@@ -478,15 +478,18 @@ func (w *workloadTokens) Create(_ context.Context, _ client.ObjectKey, t token.B
 	return nil
 }
 
-func (w *workloadTokens) Refresh(_ context.Context, _ client.ObjectKey, id string, expires time.Time) error {
+func (w *workloadTokens) Refresh(_ context.Context, _ client.ObjectKey, id string, expires, keepAfter time.Time) (time.Time, error) {
 	w.clean()
 	t, ok := w.tokens[id]
 	if !ok {
-		return apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "bootstrap-token-"+id)
+		return time.Time{}, apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "bootstrap-token-"+id)
+	}
+	if t.expires.After(keepAfter) {
+		return t.expires, nil
 	}
 	t.expires = expires
 	w.tokens[id] = t
-	return nil
+	return expires, nil
 }
 
 // valid reports whether a node presenting t would be let in now.
@@ -1032,7 +1035,7 @@ func TestNewOfflineDefaults(t *testing.T) {
 	if err := r.Tokens.Create(context.Background(), client.ObjectKey{}, token.BootstrapToken{}, token.K0sWorkerToken, time.Now()); err != nil {
 		t.Errorf("offline Create: %v", err)
 	}
-	if err := r.Tokens.Refresh(context.Background(), client.ObjectKey{}, "id", time.Now()); err != nil {
+	if _, err := r.Tokens.Refresh(context.Background(), client.ObjectKey{}, "id", time.Now(), time.Now()); err != nil {
 		t.Errorf("offline Refresh: %v", err)
 	}
 }

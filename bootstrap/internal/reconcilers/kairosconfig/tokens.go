@@ -25,8 +25,9 @@ const (
 type WorkloadTokens interface {
 	// Create stores t in the workload cluster, valid for role until expires.
 	Create(ctx context.Context, cluster client.ObjectKey, t token.BootstrapToken, role token.K0sTokenRole, expires time.Time) error
-	// Refresh moves the expiration of the token with the given id to expires.
-	Refresh(ctx context.Context, cluster client.ObjectKey, id string, expires time.Time) error
+	// Refresh moves the expiration of the token with the given id to expires, unless it
+	// already expires after keepAfter, and returns the token's expiration afterwards.
+	Refresh(ctx context.Context, cluster client.ObjectKey, id string, expires, keepAfter time.Time) (time.Time, error)
 }
 
 // clusterCacheTokens reaches workload clusters through CAPI's ClusterCache. It uses the
@@ -47,21 +48,29 @@ func (c clusterCacheTokens) Create(ctx context.Context, cluster client.ObjectKey
 	return remote.Create(ctx, s)
 }
 
-func (c clusterCacheTokens) Refresh(ctx context.Context, cluster client.ObjectKey, id string, expires time.Time) error {
+func (c clusterCacheTokens) Refresh(ctx context.Context, cluster client.ObjectKey, id string, expires, keepAfter time.Time) (time.Time, error) {
 	remote, err := c.cache.GetUncachedClient(ctx, cluster)
 	if err != nil {
-		return err
+		return time.Time{}, err
 	}
 	s := &corev1.Secret{}
 	if err := remote.Get(ctx, client.ObjectKey{Namespace: tokenNamespace, Name: bootstrapTokenSecretName(id)}, s); err != nil {
-		return err
+		return time.Time{}, err
+	}
+	// A token far from expiring is left alone, as Cluster API's kubeadm provider does
+	// (skipTokenRefreshIfExpiringAfter): resyncs and repeated reconciles then write nothing.
+	if current, err := time.Parse(time.RFC3339, string(s.Data[tokenExpirationKey])); err == nil && current.After(keepAfter) {
+		return current, nil
 	}
 	patch := client.MergeFrom(s.DeepCopy())
 	if s.Data == nil {
 		s.Data = map[string][]byte{}
 	}
 	s.Data[tokenExpirationKey] = []byte(expires.UTC().Format(time.RFC3339))
-	return remote.Patch(ctx, s, patch)
+	if err := remote.Patch(ctx, s, patch); err != nil {
+		return time.Time{}, err
+	}
+	return expires, nil
 }
 
 func bootstrapTokenSecretName(id string) string { return token.BootstrapToken{ID: id}.SecretName() }
@@ -80,6 +89,11 @@ func bootstrapTokenSecret(t token.BootstrapToken, role token.K0sTokenRole, expir
 
 // tokenExpiry returns when a token created or refreshed now should expire.
 func (r *Reconciler) tokenExpiry() time.Time { return r.Now().Add(r.TokenTTL) }
+
+// tokenKeepAfter is the expiration beyond which a token needs no refresh yet: 5/6 of the TTL
+// ahead, Cluster API's kubeadm provider's threshold. The refresh interval (a third of the TTL)
+// then refreshes a needed token once per interval, and resyncs in between write nothing.
+func (r *Reconciler) tokenKeepAfter() time.Time { return r.Now().Add(r.TokenTTL * 5 / 6) }
 
 // tokenRefreshInterval is how often a token still needed is refreshed: well inside its TTL so
 // that one missed reconcile does not let it lapse.
