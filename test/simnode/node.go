@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -99,6 +100,10 @@ type NodeSpec struct {
 	// APIBackendPort is the port the endpoint forwards to on control-plane nodes, as a load
 	// balancer does (443 -> 6443); 0 means the nodes serve the endpoint's own port.
 	APIBackendPort int
+	// FailFirstInitAfterAPIServer makes an init node's first boot attempt fail transiently
+	// once its API server runs, as the sandbox's demo cluster once did: the node's retry must
+	// reuse its own cluster, as a real k0s/k3s init node does with its data directory.
+	FailFirstInitAfterAPIServer bool
 	// Data is the bootstrap document (the bootstrap Secret's value).
 	Data []byte
 	// InstalledVersion is what the image ships (KairosSimMachine spec.installedVersion); empty
@@ -120,6 +125,10 @@ type Node struct {
 	status  Status
 	plan    *plan
 	cluster *Cluster
+	// injectedInitFailure records that FailFirstInitAfterAPIServer fired.
+	injectedInitFailure atomic.Bool
+	// bootAttempts counts the attempts to start or join the distribution.
+	bootAttempts atomic.Int32
 	// etcd is the node's etcd member (control-plane nodes).
 	etcd   *etcdServer
 	cancel context.CancelFunc
@@ -304,6 +313,7 @@ func (n *Node) run(ctx context.Context) {
 
 	backoff := time.Second
 	for {
+		n.bootAttempts.Add(1)
 		err := n.boot(ctx, p, name, installed)
 		if err == nil {
 			break
@@ -447,6 +457,9 @@ func (n *Node) bootInit(ctx context.Context, p *plan, name, installed string) er
 			return err
 		}
 		return retry(ReasonStartFailed, "starting the API server: %v", err)
+	}
+	if n.spec.FailFirstInitAfterAPIServer && n.injectedInitFailure.CompareAndSwap(false, true) {
+		return retry(ReasonStartFailed, "injected transient failure after the API server started")
 	}
 	return n.startServer(ctx, c, p, name, installed)
 }
@@ -908,6 +921,9 @@ func (n *Node) RunCloudNodeController(ctx context.Context, id string) error {
 	node.Spec.ProviderID = id
 	return c.client.Patch(ctx, node, patch)
 }
+
+// BootAttempts is how many times the node tried to start or join its distribution.
+func (n *Node) BootAttempts() int { return int(n.bootAttempts.Load()) }
 
 // etcdServer returns the node's etcd member, or nil.
 func (n *Node) etcdServer() *etcdServer {

@@ -53,3 +53,30 @@ func TestNodeProviderIDs(t *testing.T) {
 		})
 	}
 }
+
+// TestInitRetryReusesItsCluster: an init node whose first attempt fails after its API server
+// started retries with its own data and cluster, instead of being refused as a second init
+// node for the endpoint (the sandbox flake of 2026-11-23).
+func TestInitRetryReusesItsCluster(t *testing.T) {
+	reg, err := simnode.NewRegistry(simnode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	w := newWorld(t, reg, render.K0s)
+	doc := w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, Hostname: "cp-0"})
+	cp, err := reg.StartNode(simnode.NodeSpec{Namespace: "test", Name: "cp-0", Endpoint: w.endpointString(), Data: doc, FailFirstInitAfterAPIServer: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitPhase(t, cp, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
+	if n := cp.BootAttempts(); n != 2 {
+		t.Errorf("%d boot attempts, want 2: the injected failure and the retry", n)
+	}
+	if c := reg.Cluster(w.endpointString()); c == nil || !c.Running() {
+		t.Fatal("no cluster runs at the endpoint")
+	}
+	if got := node(t, reg.Cluster(w.endpointString()).AdminClient(), "cp-0"); got.Name != "cp-0" {
+		t.Fatalf("Node %s", got.Name)
+	}
+}
