@@ -313,15 +313,7 @@ func TestControlPlaneWithWorkers(t *testing.T) {
 				t.Error("the control-plane Machine has no etcd-member pre-terminate hook")
 			}
 
-			framework.Eventually(t, waitMachines, func() error {
-				if err := h.Client.Get(c.ctx, client.ObjectKeyFromObject(md), md); err != nil {
-					return err
-				}
-				if ptr.Deref(md.Status.AvailableReplicas, 0) != 2 {
-					return fmt.Errorf("MachineDeployment available %v, want 2", ptr.Deref(md.Status.AvailableReplicas, -1))
-				}
-				return nil
-			})
+			waitAvailable(t, c.ctx, md, 2)
 			wl, err := c.WorkloadClient(c.ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -482,19 +474,7 @@ func TestRemediation(t *testing.T) {
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
 			machines := c.waitSettled(3, version, waitScale)
-			mhc := &clusterv1.MachineHealthCheck{
-				ObjectMeta: metav1.ObjectMeta{Namespace: c.Cluster.Namespace, Name: "control-plane"},
-				Spec: clusterv1.MachineHealthCheckSpec{
-					ClusterName: c.Cluster.Name,
-					Selector:    metav1.LabelSelector{MatchLabels: map[string]string{controlplanev1.ControlPlaneNameLabel: c.kcp.Name}},
-					Checks: clusterv1.MachineHealthCheckChecks{
-						UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, TimeoutSeconds: ptr.To[int32](5)}},
-					},
-				},
-			}
-			if err := h.Client.Create(c.ctx, mhc); err != nil {
-				t.Fatal(err)
-			}
+			c.createHealthCheck(corev1.ConditionFalse)
 
 			victim := machines[1]
 			node := c.Node(victim.Spec.InfrastructureRef.Name)
@@ -831,4 +811,18 @@ func clientCertNotAfter(t *testing.T, kubeconfig []byte) time.Time {
 	}
 	t.Fatal("kubeconfig has no client certificate")
 	return time.Time{}
+}
+
+// waitAvailable waits until a MachineDeployment has n available replicas.
+func waitAvailable(t *testing.T, ctx context.Context, md *clusterv1.MachineDeployment, n int32) {
+	t.Helper()
+	framework.Eventually(t, waitMachines, func() error {
+		if err := h.Client.Get(ctx, client.ObjectKeyFromObject(md), md); err != nil {
+			return err
+		}
+		if got := ptr.Deref(md.Status.AvailableReplicas, 0); got != n {
+			return fmt.Errorf("MachineDeployment %s available %d, want %d", md.Name, got, n)
+		}
+		return nil
+	})
 }

@@ -134,19 +134,7 @@ func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
 			}
 			c.waitCondition(controlplanev1.EtcdClusterHealthyCondition, metav1.ConditionFalse, dead.Name, time.Minute)
 
-			mhc := &clusterv1.MachineHealthCheck{
-				ObjectMeta: metav1.ObjectMeta{Namespace: c.Cluster.Namespace, Name: "control-plane"},
-				Spec: clusterv1.MachineHealthCheckSpec{
-					ClusterName: c.Cluster.Name,
-					Selector:    metav1.LabelSelector{MatchLabels: map[string]string{controlplanev1.ControlPlaneNameLabel: c.kcp.Name}},
-					Checks: clusterv1.MachineHealthCheckChecks{
-						UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, TimeoutSeconds: ptr.To[int32](5)}},
-					},
-				},
-			}
-			if err := h.Client.Create(c.ctx, mhc); err != nil {
-				t.Fatal(err)
-			}
+			c.createHealthCheck(corev1.ConditionFalse)
 			// A remediation of a healthy member's Machine: its kubelet stops.
 			sick := machines[0]
 			if err := c.nodeOf(sick).SetReady(c.ctx, false, ""); err != nil {
@@ -233,19 +221,7 @@ func TestTwoUnhealthyMachinesRecover(t *testing.T) {
 		t.Run(string(dist), func(t *testing.T) {
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
 			machines := c.waitSettled(3, version, waitScale)
-			mhc := &clusterv1.MachineHealthCheck{
-				ObjectMeta: metav1.ObjectMeta{Namespace: c.Cluster.Namespace, Name: "control-plane"},
-				Spec: clusterv1.MachineHealthCheckSpec{
-					ClusterName: c.Cluster.Name,
-					Selector:    metav1.LabelSelector{MatchLabels: map[string]string{controlplanev1.ControlPlaneNameLabel: c.kcp.Name}},
-					Checks: clusterv1.MachineHealthCheckChecks{
-						UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionFalse, TimeoutSeconds: ptr.To[int32](5)}},
-					},
-				},
-			}
-			if err := h.Client.Create(c.ctx, mhc); err != nil {
-				t.Fatal(err)
-			}
+			c.createHealthCheck(corev1.ConditionFalse)
 			w := c.watchMachineCount()
 			for _, m := range machines[1:] {
 				if err := c.nodeOf(m).SetReady(c.ctx, false, ""); err != nil {
@@ -310,19 +286,7 @@ func TestEtcdPartitionAndPowerOff(t *testing.T) {
 				}
 			}
 
-			mhc := &clusterv1.MachineHealthCheck{
-				ObjectMeta: metav1.ObjectMeta{Namespace: c.Cluster.Namespace, Name: "control-plane"},
-				Spec: clusterv1.MachineHealthCheckSpec{
-					ClusterName: c.Cluster.Name,
-					Selector:    metav1.LabelSelector{MatchLabels: map[string]string{controlplanev1.ControlPlaneNameLabel: c.kcp.Name}},
-					Checks: clusterv1.MachineHealthCheckChecks{
-						UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, TimeoutSeconds: ptr.To[int32](5)}},
-					},
-				},
-			}
-			if err := h.Client.Create(c.ctx, mhc); err != nil {
-				t.Fatal(err)
-			}
+			c.createHealthCheck(corev1.ConditionUnknown)
 			off := healed[0]
 			if err := c.nodeOf(off).PowerOff(c.ctx); err != nil {
 				t.Fatal(err)
@@ -344,5 +308,24 @@ func TestEtcdPartitionAndPowerOff(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// createHealthCheck creates a MachineHealthCheck of the control-plane Machines that finds a
+// Machine unhealthy 5 s after its Node's Ready condition took status.
+func (c *cpCluster) createHealthCheck(status corev1.ConditionStatus) {
+	c.t.Helper()
+	mhc := &clusterv1.MachineHealthCheck{
+		ObjectMeta: metav1.ObjectMeta{Namespace: c.Cluster.Namespace, Name: "control-plane"},
+		Spec: clusterv1.MachineHealthCheckSpec{
+			ClusterName: c.Cluster.Name,
+			Selector:    metav1.LabelSelector{MatchLabels: map[string]string{controlplanev1.ControlPlaneNameLabel: c.kcp.Name}},
+			Checks: clusterv1.MachineHealthCheckChecks{
+				UnhealthyNodeConditions: []clusterv1.UnhealthyNodeCondition{{Type: corev1.NodeReady, Status: status, TimeoutSeconds: ptr.To[int32](5)}},
+			},
+		},
+	}
+	if err := h.Client.Create(c.ctx, mhc); err != nil {
+		c.t.Fatal(err)
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -59,15 +58,7 @@ func TestAPIServerPortBehindLoadBalancer(t *testing.T) {
 				}
 			}
 
-			framework.Eventually(t, waitMachines, func() error {
-				if err := h.Client.Get(c.ctx, client.ObjectKeyFromObject(md), md); err != nil {
-					return err
-				}
-				if ptr.Deref(md.Status.AvailableReplicas, 0) != 1 {
-					return fmt.Errorf("MachineDeployment available %v, want 1", ptr.Deref(md.Status.AvailableReplicas, -1))
-				}
-				return nil
-			})
+			waitAvailable(t, c.ctx, md, 1)
 			wl, err := c.WorkloadClient(c.ctx)
 			if err != nil {
 				t.Fatal(err)
