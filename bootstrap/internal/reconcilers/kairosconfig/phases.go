@@ -443,9 +443,12 @@ func controlPlaneInitialized(c *clusterv1.Cluster) bool {
 // carries the same ID. Nothing is read once the Machine has its nodeRef.
 func (r *Reconciler) reconcileNodeProviderID(ctx context.Context, s *scope) ctrl.Result {
 	m := s.owner.machine
-	name := userdata.NodeName(&s.config.Spec, ptr.Deref(m, clusterv1.Machine{}).Name)
-	if m == nil || name == "" {
-		return ctrl.Result{}
+	if m == nil {
+		return ctrl.Result{} // a MachinePool: no Machine to take the ID from
+	}
+	name := userdata.NodeName(&s.config.Spec, m.Name)
+	if name == "" {
+		return ctrl.Result{} // the provider ID comes from the distribution
 	}
 	if m.Status.NodeRef.IsDefined() {
 		s.nodeProviderID = nodeProviderIDCondition(metav1.ConditionTrue, bootstrapv1.NodeProviderIDSetReason,
