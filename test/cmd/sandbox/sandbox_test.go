@@ -88,6 +88,9 @@ func TestSandbox(t *testing.T) {
 		return c.Update(ctx, kcp)
 	})
 	framework.Eventually(t, 4*time.Minute, func() error {
+		if exited, err := p.Exited(); exited {
+			t.Fatalf("the sandbox exited while scaling (%v):\n%s", err, tail(p.Output(), 60))
+		}
 		machines := &clusterv1.MachineList{}
 		if err := c.List(ctx, machines, client.MatchingLabels{clusterv1.MachineControlPlaneLabel: ""}); err != nil {
 			return err
