@@ -7,12 +7,15 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 )
@@ -118,5 +121,44 @@ func TestReconcileNodeProviderID(t *testing.T) {
 				t.Errorf("status %s, want %s", c.Status, want)
 			}
 		})
+	}
+}
+
+// TestNotConnectedKeepsConditions: a manager that has just started reaches workload clusters
+// only once the ClusterCache connected; until then the join-token and provider-ID conditions
+// stay as they were, so that a restart does not flip them (two writes per config) for nothing.
+func TestNotConnectedKeepsConditions(t *testing.T) {
+	m := newMachine("md-0-abcde", "v1.31.2")
+	m.Spec.ProviderID = "kubevirt://md-0-abcde"
+	config := newConfig("md-0-abcde", bootstrapv1.KairosConfigSpec{})
+	kept := []metav1.Condition{
+		{Type: bootstrapv1.JoinTokenAvailableCondition, Status: metav1.ConditionTrue, Reason: bootstrapv1.JoinTokenValidReason, Message: "valid until later"},
+		{Type: bootstrapv1.NodeProviderIDCondition, Status: metav1.ConditionFalse, Reason: bootstrapv1.WaitingForNodeReason, Message: "waiting for Node md-0-abcde"},
+	}
+	config.Status.Conditions = kept
+	r := &Reconciler{
+		Tokens: &stubTokens{refreshErr: clustercache.ErrClusterNotConnected}, TokenTTL: time.Minute, Now: time.Now,
+		Nodes:  &fakeNodes{err: clustercache.ErrClusterNotConnected},
+	}
+	s := &scope{config: config, owner: &configOwner{machine: m}, cluster: newCluster()}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "md-0-abcde", Annotations: map[string]string{TokenIDAnnotation: "abcdef"}}}
+	res, err := r.refreshJoinToken(context.Background(), s, secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter != notConnectedRequeue {
+		t.Errorf("refresh: RequeueAfter %v, want %v", res.RequeueAfter, notConnectedRequeue)
+	}
+	if res := r.reconcileNodeProviderID(context.Background(), s); res.RequeueAfter != notConnectedRequeue {
+		t.Errorf("provider ID: RequeueAfter %v, want %v", res.RequeueAfter, notConnectedRequeue)
+	}
+	if err := updateStatus(s); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range kept {
+		got := conditions.Get(s.config, want.Type)
+		if got == nil || got.Status != want.Status || got.Reason != want.Reason || got.Message != want.Message {
+			t.Errorf("condition %s = %+v, want it kept as %+v", want.Type, got, want)
+		}
 	}
 }

@@ -2,6 +2,7 @@ package kairosconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
@@ -104,6 +106,13 @@ func (r *Reconciler) refreshJoinToken(ctx context.Context, s *scope, secret *cor
 	expires := r.tokenExpiry()
 	valid, err := r.Tokens.Refresh(ctx, s.clusterKey(), id, expires, r.tokenKeepAfter())
 	switch {
+	case errors.Is(err, clustercache.ErrClusterNotConnected):
+		// A manager that just started has not connected yet: nothing is known to have
+		// changed, so the condition stays as it is (flipping it would cost two writes per
+		// config on every restart).
+		log.V(4).Info("Workload cluster not connected yet, keeping the join token condition")
+		s.joinToken = conditions.Get(s.config, bootstrapv1.JoinTokenAvailableCondition)
+		return ctrl.Result{RequeueAfter: notConnectedRequeue}, nil
 	case err == nil:
 		log.V(4).Info("Join token valid", "until", valid)
 		s.joinToken = joinTokenCondition(metav1.ConditionTrue, bootstrapv1.JoinTokenValidReason,
@@ -463,6 +472,9 @@ func (r *Reconciler) reconcileNodeProviderID(ctx context.Context, s *scope) ctrl
 	}
 	got, err := r.Nodes.SetProviderID(ctx, s.clusterKey(), name, m.Spec.ProviderID)
 	switch {
+	case errors.Is(err, clustercache.ErrClusterNotConnected):
+		s.nodeProviderID = conditions.Get(s.config, bootstrapv1.NodeProviderIDCondition)
+		return ctrl.Result{RequeueAfter: notConnectedRequeue}
 	case apierrors.IsNotFound(err):
 		s.nodeProviderID = nodeProviderIDCondition(metav1.ConditionFalse, bootstrapv1.WaitingForNodeReason,
 			"waiting for Node %s to register in the workload cluster", name)

@@ -45,6 +45,10 @@ const DefaultTokenTTL = 15 * time.Minute
 // workload cluster becoming reachable) are retried.
 const waitRequeue = 10 * time.Second
 
+// notConnectedRequeue is how soon a reconcile that found the workload cluster not connected
+// yet (a manager that just started) tries again; the ClusterCache connects within seconds.
+const notConnectedRequeue = 2 * time.Second
+
 // +kubebuilder:rbac:groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigs;kairosconfigs/status;kairosconfigs/finalizers,verbs=get;list;watch;update;patch
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;clusters/status;machines;machines/status;machinepools;machinepools/status,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
