@@ -138,7 +138,7 @@ func TestNotConnectedKeepsConditions(t *testing.T) {
 	config.Status.Conditions = kept
 	r := &Reconciler{
 		Tokens: &stubTokens{refreshErr: clustercache.ErrClusterNotConnected}, TokenTTL: time.Minute, Now: time.Now,
-		Nodes:  &fakeNodes{err: clustercache.ErrClusterNotConnected},
+		Nodes: &fakeNodes{err: clustercache.ErrClusterNotConnected},
 	}
 	s := &scope{config: config, owner: &configOwner{machine: m}, cluster: newCluster()}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "md-0-abcde", Annotations: map[string]string{TokenIDAnnotation: "abcdef"}}}
