@@ -118,3 +118,12 @@ func childrenOf(pid int) []int {
 	}
 	return out
 }
+
+// outputClosed reports whether f is a pipe or terminal whose other end went away: the pager the
+// sandbox's output was piped into quit (POLLERR on a pipe without reader), or its terminal hung
+// up (POLLHUP). A file or a live pipe reports neither.
+func outputClosed(f *os.File) bool {
+	fds := []unix.PollFd{{Fd: int32(f.Fd())}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
+}

@@ -76,8 +76,13 @@ func run(clusterName string, workers int64) (reterr error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Output piped into a pager that quits must stop the sandbox cleanly, not kill it with
-	// SIGPIPE before it stops its API servers: with SIGPIPE notified, writes to the closed
-	// pipe fail with EPIPE instead, and the first failing write stops everything.
+	// SIGPIPE before it stops its API servers. SIGPIPE is ignored, so a write to the closed
+	// output fails with EPIPE, and the sandbox watches its output for the reader going away.
+	// SIGPIPE itself cannot be the sign: once a program asks for it, Go delivers it for every
+	// broken pipe or reset connection in the process (os/signal, "SIGPIPE"), and the
+	// simulated nodes' connections break all the time, which used to stop the sandbox while it
+	// scaled a control plane.
+	signal.Ignore(syscall.SIGPIPE)
 	ctx, cancelOutput := context.WithCancel(ctx)
 	defer cancelOutput()
 	// Runs last: a sandbox stopped by Ctrl-C or a closed output ends cleanly, whatever the
@@ -87,14 +92,17 @@ func run(clusterName string, workers int64) (reterr error) {
 			reterr = nil
 		}
 	}()
-	pipe := make(chan os.Signal, 1)
-	signal.Notify(pipe, syscall.SIGPIPE)
-	defer signal.Stop(pipe)
 	go func() {
-		select {
-		case <-pipe:
-			cancelOutput()
-		case <-ctx.Done():
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(500 * time.Millisecond):
+			}
+			if outputClosed(os.Stdout) || outputClosed(os.Stderr) {
+				cancelOutput()
+				return
+			}
 		}
 	}()
 	l := framework.Logger()

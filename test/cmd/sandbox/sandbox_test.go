@@ -56,6 +56,17 @@ func TestSandbox(t *testing.T) {
 		}
 	}
 
+	// A broken connection anywhere in the sandbox raises SIGPIPE (Go delivers it for sockets
+	// too once a program asks for it): SIGPIPE is no sign of a closed output and must not stop
+	// the sandbox. Only the output itself going away does (TestSandboxEndsAbruptly).
+	sandbox := childrenOf(p.Pid())
+	if len(sandbox) != 1 {
+		t.Fatalf("the guard has children %v, want the sandbox alone", sandbox)
+	}
+	if err := syscall.Kill(sandbox[0], syscall.SIGPIPE); err != nil {
+		t.Fatal(err)
+	}
+
 	// The printed management kubeconfig works: scale the control plane as a user would.
 	m := regexp.MustCompile(`export KUBECONFIG=(\S+)`).FindStringSubmatch(out)
 	if m == nil {
