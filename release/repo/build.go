@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 
 	"sigs.k8s.io/kustomize/api/krusty"
@@ -119,7 +120,23 @@ func Kustomize(dir string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return m.AsYaml()
+	data, err := m.AsYaml()
+	if err != nil {
+		return nil, err
+	}
+	return quoteNames(data), nil
+}
+
+// wholeName matches a value that is the cluster name or the namespace alone, as
+// sigs.k8s.io/yaml writes it: a mapping value or a sequence item.
+var wholeName = regexp.MustCompile(`(?m)(: |- )(\$\{(?:CLUSTER_NAME|NAMESPACE)\})$`)
+
+// quoteNames double-quotes every value that is the cluster name or the namespace alone.
+// kustomize writes its output through JSON, which drops the quotes the sources have, and
+// clusterctl substitutes the variables as text: a valid cluster or namespace named "on", "yes"
+// or "n" would otherwise become a YAML boolean and the objects would not decode.
+func quoteNames(data []byte) []byte {
+	return wholeName.ReplaceAll(data, []byte(`${1}"${2}"`))
 }
 
 func kustomize(dir string) (resmap.ResMap, error) {

@@ -232,3 +232,11 @@ func copyTree(t *testing.T, src, dst string, entries ...string) {
 		}
 	}
 }
+
+func TestQuoteNames(t *testing.T) {
+	in := "metadata:\n  labels:\n    cluster.x-k8s.io/cluster-name: ${CLUSTER_NAME}\n  name: ${CLUSTER_NAME}-md-0\n  namespace: ${NAMESPACE}\nitems:\n- ${CLUSTER_NAME}\nreplicas: ${WORKER_MACHINE_COUNT}\n"
+	want := "metadata:\n  labels:\n    cluster.x-k8s.io/cluster-name: \"${CLUSTER_NAME}\"\n  name: ${CLUSTER_NAME}-md-0\n  namespace: \"${NAMESPACE}\"\nitems:\n- \"${CLUSTER_NAME}\"\nreplicas: ${WORKER_MACHINE_COUNT}\n"
+	if got := string(quoteNames([]byte(in))); got != want {
+		t.Errorf("quoteNames:\n%s\nwant:\n%s", got, want)
+	}
+}

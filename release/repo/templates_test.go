@@ -176,7 +176,7 @@ func TestTemplateChecksFire(t *testing.T) {
 			ns.SetName("${NAMESPACE}")
 			return append(objs, ns)
 		}), RuleTemplateNamespace, "Namespace ${NAMESPACE}"},
-		{"Cluster not named CLUSTER_NAME", "default", replace(def, "kind: Cluster\nmetadata:\n  name: ${CLUSTER_NAME}", "kind: Cluster\nmetadata:\n  name: my-cluster"),
+		{"Cluster not named CLUSTER_NAME", "default", replace(def, "kind: Cluster\nmetadata:\n  name: \"${CLUSTER_NAME}\"", "kind: Cluster\nmetadata:\n  name: my-cluster"),
 			RuleTemplateCluster, "Cluster ${NAMESPACE}/my-cluster"},
 		{"two Clusters", "default", edit(def, func(t *testing.T, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
 			c := first(t, objs, "Cluster", "").DeepCopy()
@@ -246,8 +246,8 @@ func TestTemplateChecksFire(t *testing.T) {
 			set(t, first(t, objs, "KairosControlPlane", ""), "InfrastructureMachineTemplate", "spec", "machineTemplate", "spec", "infrastructureRef", "kind")
 			return objs
 		}), RuleTemplateInfrastructure, "KairosControlPlane ${NAMESPACE}/${CLUSTER_NAME}-control-plane"},
-		{"sandbox variable in an infrastructure flavor", "vsphere", replace(vsphere, "kind: VSphereCluster\n    name: ${CLUSTER_NAME}",
-			"kind: ${KAIROS_INFRA_CLUSTER_KIND:=VSphereCluster}\n    name: ${CLUSTER_NAME}"), RuleTemplateInfrastructure, ""},
+		{"sandbox variable in an infrastructure flavor", "vsphere", replace(vsphere, "kind: VSphereCluster\n    name: \"${CLUSTER_NAME}\"",
+			"kind: ${KAIROS_INFRA_CLUSTER_KIND:=VSphereCluster}\n    name: \"${CLUSTER_NAME}\""), RuleTemplateInfrastructure, ""},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

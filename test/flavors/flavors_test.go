@@ -175,9 +175,13 @@ type pass struct {
 }
 
 func passes() []pass {
+	all := repo.AllSamples()
+	// A valid cluster name that YAML 1.1 reads as a boolean: every place the templates use
+	// the name as a whole value must quote it, or the objects do not decode.
+	all["CLUSTER_NAME"] = "on"
 	return []pass{
 		{"defaults", repo.RequiredSamples()}, // k0s, every default
-		{"all-set", repo.AllSamples()},       // k3s, every optional variable set
+		{"all-set", all},                     // k3s, every optional variable set
 	}
 }
 
