@@ -6,6 +6,7 @@ package dryrun
 import (
 	"errors"
 	"fmt"
+	"net"
 	"strings"
 	"sync"
 	"time"
@@ -60,6 +61,11 @@ func Render(spec *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList
 	}
 	if in.KubernetesVersion == "" {
 		in.KubernetesVersion = "v1.31.0"
+	}
+	// A virtual IP is the endpoint host (the controller checks it against the Cluster's): the
+	// placeholder endpoint takes it, so that only the address itself is judged here.
+	if v := spec.VirtualIP; v != nil && net.ParseIP(v.Address) != nil {
+		in.Endpoint.Host = v.Address
 	}
 	for _, ref := range userdata.References(spec) {
 		in.Secrets[ref] = "placeholder"

@@ -242,6 +242,29 @@ func goldenCases() []goldenCase {
 			n.Network = fixtureNetwork()
 			return n
 		}},
+		{name: "k0s-vip", node: func(tb testing.TB, p *PKI) Node {
+			// A joining controller of a cluster whose endpoint is a virtual
+			// IP the controllers hold (keepalived), on a named interface.
+			n := node(K0s, RoleControlPlane)
+			n.Hostname = "demo-cp-2"
+			n.PKI = p
+			n.JoinToken = k0sToken(tb, p, token.K0sControllerToken)
+			n.Endpoint.Host = "192.0.2.10"
+			n.VIP = &VIP{Address: "192.0.2.10", PrefixLength: 24, Interface: "eth0", VirtualRouterID: 77}
+			return n
+		}},
+		{name: "k3s-vip", node: func(tb testing.TB, p *PKI) Node {
+			// The first server of a cluster whose endpoint is a virtual IP
+			// kube-vip holds.
+			n := node(K3s, RoleControlPlane)
+			n.Init = true
+			n.Hostname = "demo-cp-1"
+			n.PKI = p
+			setK3sTokens(tb, p, &n)
+			n.Endpoint.Host = "192.0.2.10"
+			n.VIP = &VIP{Address: "192.0.2.10"}
+			return n
+		}},
 		{
 			name: "k0s-worker-fragments",
 			node: func(tb testing.TB, p *PKI) Node {

@@ -30,6 +30,12 @@ func (b *builder) k0sController() {
 	if n.SingleNode {
 		args = append(args, "--no-taints")
 	}
+	if n.VIP != nil {
+		// With control-plane load balancing and spec.api.externalAddress
+		// set, k0s requires the endpoint reconciler off (k0s docs, "Control
+		// plane load balancing", External address).
+		args = append(args, "--disable-components=endpoint-reconciler")
+	}
 	p := n.PKI
 	if n.Init {
 		// The init controller creates the cluster with the management
@@ -81,6 +87,7 @@ var k0sGeneratedKeys = map[string]string{
 	"spec.network.dualStack":                         "the Cluster's spec.clusterNetwork (dual-stack pods and services)",
 	"spec.network.clusterDomain":                     "the Cluster's spec.clusterNetwork.serviceDomain",
 	"spec.storage.etcd.extraArgs.listen-client-urls": "kairos-capi: the control plane checks each etcd member on its own address",
+	"spec.network.controlPlaneLoadBalancing":         "spec.virtualIP",
 }
 
 // k0sClusterConfig returns /etc/k0s/k0s.yaml: the endpoint as external
@@ -100,7 +107,11 @@ func k0sClusterConfig(n *Node) (string, error) {
 			},
 		},
 	}
-	if network := n.k0sNetwork(); len(network) > 0 {
+	network := n.k0sNetwork()
+	if n.VIP != nil {
+		network["controlPlaneLoadBalancing"] = n.k0sControlPlaneLoadBalancing()
+	}
+	if len(network) > 0 {
 		spec["network"] = network
 	}
 	cfg := map[string]any{

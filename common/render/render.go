@@ -80,7 +80,7 @@ func Document(n Node, fragments ...merge.Fragment) ([]byte, error) {
 // forbiddenFragmentKeys are top-level Kairos keys a fragment may not set.
 var forbiddenFragmentKeys = map[string]string{
 	"p2p":        "p2p negotiates node roles itself, which conflicts with Cluster API owning them",
-	"kubevip":    "kubevip manages the control-plane endpoint, which the infrastructure provider owns",
+	"kubevip":    "Kairos' kubevip block would announce the control-plane endpoint outside Cluster API: set spec.virtualIP instead",
 	"cluster":    "the cluster key hands roles and tokens to another mechanism",
 	"k0s":        "the k0s block is generated: use the k0s options (args, env, config)",
 	"k0s-worker": "the k0s-worker block is generated: use the k0s options (args, env)",

@@ -686,6 +686,10 @@ func TestEveryFieldIsUsed(t *testing.T) {
 			}
 			n.ExternalProviderID = true
 		},
+		"VIP": func(n *Node) {
+			n.Endpoint.Host = "192.0.2.10"
+			n.VIP = &VIP{Address: "192.0.2.10"}
+		},
 		"Args": func(n *Node) { n.Args = []string{"--debug"} },
 		"Env":  func(n *Node) { n.Env = map[string]string{"A": "b"} },
 		"Config": func(n *Node) {

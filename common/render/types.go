@@ -129,6 +129,9 @@ type Node struct {
 	// Network is the Cluster's network: API server port, pod and service
 	// CIDRs, service domain.
 	Network Network
+	// VIP (control plane only) makes the node one of those holding the
+	// endpoint as a virtual IP: k0s keepalived, k3s kube-vip.
+	VIP *VIP
 	// ExternalProviderID says that the Node gets its provider ID from outside
 	// the node (the bootstrap controller copies the Machine's): k3s servers
 	// run without k3s' embedded cloud controller, which would otherwise set

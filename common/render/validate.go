@@ -162,6 +162,7 @@ func (n *Node) validate() (validated, error) {
 	n.validateKind(&p)
 	out.version = n.validateVersion(&p)
 	n.validateCluster(&p)
+	n.validateVIP(&p)
 	n.validateHostname(&p)
 	validateUsers(&p, n.Users)
 	n.validateInstall(&p)

@@ -116,6 +116,12 @@ var invalidCases = []struct {
 	}, []string{"spec.files[1]", "Duplicate value"}},
 	{"hostname and prefix", func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "node"; s.HostnamePrefix = "node-" }, []string{"spec.hostnamePrefix", "use hostnamePrefix only"}},
 	{"hostname not DNS", func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "Bad_Host" }, []string{"spec.hostname", "RFC 1123"}},
+	{"virtual IP on a worker", func(s *bootstrapv1.KairosConfigSpec) {
+		s.Role, s.VirtualIP = bootstrapv1.RoleWorker, &bootstrapv1.VirtualIP{Address: "192.0.2.10"}
+	}, []string{"spec.virtualIP", "only control-plane nodes hold the virtual IP"}},
+	{"virtual IP prefix too long", func(s *bootstrapv1.KairosConfigSpec) {
+		s.VirtualIP = &bootstrapv1.VirtualIP{Address: "192.0.2.10", PrefixLength: 64}
+	}, []string{"spec.virtualIP.prefixLength", "(1-32)"}},
 	{"hostname prefix not DNS", func(s *bootstrapv1.KairosConfigSpec) { s.HostnamePrefix = "bad_" }, []string{"spec.hostnamePrefix", "RFC 1123"}},
 	{"hostname prefix with provider IDs from the Machine", func(s *bootstrapv1.KairosConfigSpec) { s.HostnamePrefix = "node-" },
 		[]string{"spec.hostnamePrefix", "named after its Machine", "set providerID.source to Distribution"}},

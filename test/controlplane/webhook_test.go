@@ -119,6 +119,11 @@ var invalidControlPlanes = []struct {
 		s.KairosConfigSpec.Hostname = "node"
 		s.KairosConfigSpec.HostnamePrefix = "node-"
 	}, []string{"spec.kairosConfigSpec.hostnamePrefix", "use hostnamePrefix only"}},
+	{"embedded virtual IP not an IP", func(s *cpSpec) { s.KairosConfigSpec.VirtualIP = &bootstrapv1.VirtualIP{Address: "api.example.com"} },
+		[]string{"spec.kairosConfigSpec.virtualIP.address", "not an IP address"}},
+	{"embedded virtual IP with a kube-vip image on k0s", func(s *cpSpec) {
+		s.KairosConfigSpec.VirtualIP = &bootstrapv1.VirtualIP{Address: "192.0.2.10", KubeVIPImage: "example/kube-vip:v1"}
+	}, []string{"spec.kairosConfigSpec.virtualIP.kubeVIPImage", "remove kubeVIPImage"}},
 	{"embedded install device", func(s *cpSpec) { s.KairosConfigSpec.Install = &bootstrapv1.Install{Device: "sda"} },
 		[]string{"spec.kairosConfigSpec.install.device", "/dev/sda"}},
 	{"embedded fragment with p2p", func(s *cpSpec) {

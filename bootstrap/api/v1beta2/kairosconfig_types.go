@@ -171,6 +171,16 @@ type KairosConfigSpec struct {
 	// +optional
 	ProviderID ProviderIDSpec `json:"providerID,omitempty,omitzero"`
 
+	// virtualIP makes the control-plane nodes hold the Cluster's endpoint as a virtual IP
+	// among themselves, for infrastructure without a load balancer (vSphere, Metal3, Proxmox):
+	// k0s through its own control-plane load balancing (keepalived VRRP virtual IPs), k3s
+	// through kube-vip, deployed from the servers' manifests. The address must be the Cluster's
+	// spec.controlPlaneEndpoint.host; when the node holding it goes away another control-plane
+	// node takes it over. Only on control-plane configs (KairosControlPlane
+	// spec.kairosConfigSpec).
+	// +optional
+	VirtualIP *VirtualIP `json:"virtualIP,omitempty"`
+
 	// install, when set, makes Kairos install itself to disk (booting from an ISO or
 	// netboot) and then reboot into the installed system, where the node bootstraps. Leave
 	// it empty when the machine boots an already installed disk image.
@@ -282,6 +292,43 @@ type Install struct {
 	// Mutually exclusive with reboot.
 	// +optional
 	Poweroff bool `json:"poweroff,omitempty"`
+}
+
+// VirtualIP is a virtual IP the control-plane nodes hold among themselves.
+type VirtualIP struct {
+	// address is the virtual IP, IPv4 or IPv6: the Cluster's spec.controlPlaneEndpoint.host.
+	// It must be free in the nodes' network and reachable from the management cluster.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=45
+	Address string `json:"address"`
+
+	// prefixLength is the length of the address's prefix on the interface: 32 (IPv4) or
+	// 128 (IPv6) by default, a host address that needs no route of its own.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=128
+	PrefixLength int32 `json:"prefixLength,omitempty"`
+
+	// interface is the network interface that carries the address; by default the interface
+	// of the node's default route (k0s and kube-vip both pick it).
+	// +optional
+	// +kubebuilder:validation:MaxLength=15
+	Interface string `json:"interface,omitempty"`
+
+	// virtualRouterID is the VRRP router ID of the k0s keepalived instance (k0s only), which
+	// must be unique among the VRRP instances of the nodes' broadcast domain; k0s' default is
+	// 51.
+	// +optional
+	// +kubebuilder:validation:Minimum=1
+	// +kubebuilder:validation:Maximum=255
+	VirtualRouterID int32 `json:"virtualRouterID,omitempty"`
+
+	// kubeVIPImage is the kube-vip image the k3s servers run (k3s only); by default the
+	// version this provider was tested with, pinned.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	KubeVIPImage string `json:"kubeVIPImage,omitempty"`
 }
 
 // DistributionOptions are extra options for the k0s or k3s service.

@@ -149,6 +149,8 @@ func locateField(spec *bootstrapv1.KairosConfigSpec, in Inputs, field string) Pr
 		return inSpec("postCommands" + rest)
 	case "SingleNode":
 		return inSpec("singleNode")
+	case "VIP":
+		return inSpec("virtualIP" + lowerFirst(rest))
 	case "Role":
 		return inSpec("role")
 	case "Distribution":

@@ -149,6 +149,7 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 		ClusterName:       in.ClusterName,
 		Endpoint:          in.Endpoint,
 		Network:           in.Network,
+		VIP:               vip(spec.VirtualIP),
 		AgentToken:        in.AgentToken,
 		Hostname:          hostname,
 		// The Node waits for the Machine's provider ID: k3s' embedded cloud controller would
@@ -241,4 +242,14 @@ func nodeHostname(spec *bootstrapv1.KairosConfigSpec, in Inputs) (string, error)
 			in.MachineName, strings.Join(msgs, "; "))
 	}
 	return in.MachineName, nil
+}
+
+func vip(v *bootstrapv1.VirtualIP) *render.VIP {
+	if v == nil {
+		return nil
+	}
+	return &render.VIP{
+		Address: v.Address, PrefixLength: v.PrefixLength, Interface: v.Interface,
+		VirtualRouterID: v.VirtualRouterID, KubeVIPImage: v.KubeVIPImage,
+	}
 }

@@ -182,6 +182,8 @@ func fieldCases(f *fixture) map[string]fieldCase {
 		s.Manifests = []bootstrapv1.Manifest{{Name: "base.yaml", Content: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: base\n"}}
 	}
 	withK0s := func(s *bootstrapv1.KairosConfigSpec) { s.K0s = &bootstrapv1.DistributionOptions{} }
+	// The fixture's endpoint host is 192.0.2.10.
+	withVIP := func(s *bootstrapv1.KairosConfigSpec) { s.VirtualIP = &bootstrapv1.VirtualIP{Address: "192.0.2.10"} }
 	withK3s := func(s *bootstrapv1.KairosConfigSpec) { s.K3s = &bootstrapv1.DistributionOptions{} }
 	withFragment := func(s *bootstrapv1.KairosConfigSpec) {
 		s.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{fragment("base", fragStep)}
@@ -248,6 +250,23 @@ func fieldCases(f *fixture) map[string]fieldCase {
 				t.Errorf("a k0s worker is named after its Machine only with source Machine:\n%s\n---\n%s", base, variant)
 			}
 		}},
+		"VirtualIP": {base: "cp-k0s", mutate: withVIP,
+			want: []string{"controlPlaneLoadBalancing:", "192.0.2.10/32", "--disable-components=endpoint-reconciler"}},
+		"VirtualIP.Address": {base: "cp-k0s", setup: withVIP, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.VirtualIP.Address = "192.0.2.99" },
+			check: func(t *testing.T, base, variant []byte, baseErr, variantErr error) {
+				noErrors(t, baseErr)
+				if variantErr == nil || !strings.Contains(variantErr.Error(), "virtualIP.address") || !strings.Contains(variantErr.Error(), "set the endpoint host") {
+					t.Errorf("a virtual IP that is not the endpoint: %v", variantErr)
+				}
+			}},
+		"VirtualIP.PrefixLength": {base: "cp-k0s", setup: withVIP, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.VirtualIP.PrefixLength = 24 },
+			want: []string{"192.0.2.10/24"}},
+		"VirtualIP.Interface": {base: "cp-k3s", setup: withVIP, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.VirtualIP.Interface = "ens192" },
+			want: []string{"value: \"ens192\""}},
+		"VirtualIP.VirtualRouterID": {base: "cp-k0s", setup: withVIP, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.VirtualIP.VirtualRouterID = 9 },
+			want: []string{"virtualRouterID: 9"}},
+		"VirtualIP.KubeVIPImage": {base: "cp-k3s", setup: withVIP, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.VirtualIP.KubeVIPImage = "registry.example.com/kube-vip:v9" },
+			want: []string{"image: registry.example.com/kube-vip:v9"}},
 		"Install": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Install = &bootstrapv1.Install{Device: "/dev/vda"} },
 			want: []string{"install:", "device: /dev/vda", "auto: true"}},
 		"Install.Auto": {base: "wk-k0s", setup: withInstall, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Install.Auto = new(bool) },

@@ -396,6 +396,7 @@ func TestReconcilePrerequisites(t *testing.T) {
 	ctx := testContext(t)
 	cases := []struct {
 		name   string
+		vip    string
 		change func(c *clusterv1.Cluster)
 		want   string
 	}{
@@ -406,12 +407,20 @@ func TestReconcilePrerequisites(t *testing.T) {
 		{name: "no endpoint",
 			change: func(c *clusterv1.Cluster) { c.Spec.ControlPlaneEndpoint = clusterv1.APIEndpoint{} },
 			want:   "waiting for Cluster demo spec.controlPlaneEndpoint"},
+		{name: "virtual IP is the endpoint", vip: "192.0.2.10",
+			change: func(c *clusterv1.Cluster) { c.Spec.ControlPlaneEndpoint.Host = "192.0.2.10" }},
+		{name: "virtual IP is not the endpoint", vip: "192.0.2.99",
+			change: func(c *clusterv1.Cluster) { c.Spec.ControlPlaneEndpoint.Host = "192.0.2.10" },
+			want:   "the virtual IP 192.0.2.99 (spec.kairosConfigSpec.virtualIP.address) is not Cluster demo spec.controlPlaneEndpoint.host 192.0.2.10: set the endpoint host (on the Cluster or its infrastructure cluster) to the virtual IP"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
 			tc.change(f.cluster)
-			s := &scope{kcp: f.kcp, cluster: f.cluster}
+			s := &scope{kcp: f.kcp, cluster: f.cluster, baseConfig: f.kcp.Spec.KairosConfigSpec.DeepCopy()}
+			if tc.vip != "" {
+				s.baseConfig.VirtualIP = &bootstrapv1.VirtualIP{Address: tc.vip}
+			}
 			if _, err := (&Reconciler{}).reconcilePrerequisites(ctx, s); err != nil {
 				t.Fatal(err)
 			}

@@ -1,0 +1,240 @@
+package render
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"strconv"
+)
+
+// VIP is a virtual IP the control-plane nodes hold among themselves: the
+// control-plane endpoint on infrastructure without a load balancer.
+type VIP struct {
+	// Address is the IP; it must be the endpoint host.
+	Address string
+	// PrefixLength of the address on its interface; 0 means a host address
+	// (32 or 128).
+	PrefixLength int32
+	// Interface carries the address; empty lets k0s / kube-vip use the
+	// interface of the default route.
+	Interface string
+	// VirtualRouterID (k0s only) is the keepalived VRRP router ID, 1-255; 0
+	// leaves k0s' default (51).
+	VirtualRouterID int32
+	// KubeVIPImage (k3s only) is kube-vip's image; empty means
+	// DefaultKubeVIPImage.
+	KubeVIPImage string
+}
+
+// DefaultKubeVIPImage is the kube-vip the k3s servers run unless told
+// otherwise: pinned, so that nodes created months apart run the same one.
+// v1.0 names the prefix length vip_subnet (vip_cidr before).
+const DefaultKubeVIPImage = "ghcr.io/kube-vip/kube-vip:v1.0.4"
+
+// K3sVIPManifest is where k3s servers find the kube-vip manifest: k3s'
+// deploy controller applies every file of the server manifests directory.
+// It is outside the prefix of the user manifests (K3sManifestPrefix).
+const K3sVIPManifest = K3sManifestDir + "/kairos-capi.vip.yaml"
+
+func (v *VIP) prefixLength() int32 {
+	if v.PrefixLength != 0 {
+		return v.PrefixLength
+	}
+	if ip := net.ParseIP(v.Address); ip != nil && ip.To4() == nil {
+		return 128
+	}
+	return 32
+}
+
+// validateVIP checks the virtual IP against the node: only control-plane
+// nodes hold it, it is the endpoint the nodes and clients reach, and the API
+// servers answer on it directly, so no port translation.
+func (n *Node) validateVIP(p *problems) {
+	v := n.VIP
+	if v == nil {
+		return
+	}
+	if n.Role != RoleControlPlane {
+		p.add("VIP", "only control-plane nodes hold the virtual IP: remove it from worker configs")
+		return
+	}
+	ip := net.ParseIP(v.Address)
+	switch {
+	case ip == nil:
+		p.add("VIP.Address", "%q is not an IP address: a virtual IP is an address the nodes announce, never a DNS name", v.Address)
+	case ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast():
+		p.add("VIP.Address", "%s cannot be announced to other machines: use a free address of the nodes' network", v.Address)
+	case n.Endpoint.Host == "":
+		// checkEndpoint reports it.
+	case !ip.Equal(net.ParseIP(n.Endpoint.Host)):
+		p.add("VIP.Address", "%s is not the Cluster's spec.controlPlaneEndpoint.host %q: the nodes would hold an address no one connects to; set the endpoint host (on the Cluster or its infrastructure cluster) to the virtual IP", v.Address, n.Endpoint.Host)
+	}
+	if ip != nil {
+		max := int32(32)
+		if ip.To4() == nil {
+			max = 128
+		}
+		if v.PrefixLength < 0 || v.PrefixLength > max {
+			p.add("VIP.PrefixLength", "%d is not a prefix length of %s (1-%d)", v.PrefixLength, v.Address, max)
+		}
+	}
+	if n.Network.APIServerPort != 0 && n.Network.APIServerPort != n.Endpoint.Port {
+		p.add("Network.APIServerPort", "%d differs from the endpoint port %d, but the node holding the virtual IP answers on it itself: with a virtual IP both ports are the same", n.Network.APIServerPort, n.Endpoint.Port)
+	}
+	switch n.Distribution {
+	case K0s:
+		if v.VirtualRouterID < 0 || v.VirtualRouterID > 255 {
+			p.add("VIP.VirtualRouterID", "%d is not a VRRP router ID (1-255)", v.VirtualRouterID)
+		}
+		if v.KubeVIPImage != "" {
+			p.add("VIP.KubeVIPImage", "k0s holds the virtual IP with its own keepalived, not kube-vip: remove kubeVIPImage")
+		}
+	case K3s:
+		if v.VirtualRouterID != 0 {
+			p.add("VIP.VirtualRouterID", "kube-vip (k3s) elects the holder with a Kubernetes lease, not VRRP: remove virtualRouterID")
+		}
+	}
+}
+
+// vrrpAuthPass is the keepalived VRRP password of the cluster's instance.
+// Every control plane node must send the same one; k0s requires one of at
+// most 8 characters (pkg/apis/k0s/v1beta1/cplb.go ValidateVRRPInstances).
+// VRRP sends it in clear text: it only keeps clusters sharing a broadcast
+// domain apart, so it is derived from what tells them apart.
+func (n *Node) vrrpAuthPass() string {
+	sum := sha256.Sum256([]byte(n.ClusterName + "/" + n.VIP.Address))
+	return hex.EncodeToString(sum[:4])
+}
+
+// k0sControlPlaneLoadBalancing is spec.network.controlPlaneLoadBalancing of
+// the k0s ClusterConfig: one keepalived VRRP instance holding the virtual IP
+// (k0s docs, "Control plane load balancing"). No virtual servers: the holder's
+// own API server answers on the address.
+func (n *Node) k0sControlPlaneLoadBalancing() map[string]any {
+	v := n.VIP
+	instance := map[string]any{
+		// k0s wants CIDR notation (cplb.go: "VirtualIPs must be a CIDR").
+		"virtualIPs": []any{v.Address + "/" + strconv.Itoa(int(v.prefixLength()))},
+		"authPass":   n.vrrpAuthPass(),
+	}
+	if v.Interface != "" {
+		instance["interface"] = v.Interface
+	}
+	if v.VirtualRouterID != 0 {
+		instance["virtualRouterID"] = int(v.VirtualRouterID)
+	}
+	return map[string]any{
+		"enabled":    true,
+		"type":       "Keepalived",
+		"keepalived": map[string]any{"vrrpInstances": []any{instance}},
+	}
+}
+
+// k3sKubeVIPManifest deploys kube-vip on the k3s servers, as kube-vip's k3s
+// guide does (a DaemonSet from the server manifests directory, since k3s
+// starts its first server without the address): ARP announcements of the
+// address by the holder of a Lease in kube-system, on every control-plane
+// node. The first server serves the API on its own address until kube-vip
+// runs; later servers and agents join through the address.
+func (n *Node) k3sKubeVIPManifest() string {
+	v := n.VIP
+	image := v.KubeVIPImage
+	if image == "" {
+		image = DefaultKubeVIPImage
+	}
+	env := [][2]string{
+		{"address", v.Address},
+		{"port", strconv.Itoa(int(n.apiServerPort()))},
+		{"vip_interface", v.Interface},
+		{"vip_subnet", strconv.Itoa(int(v.prefixLength()))},
+		{"vip_arp", "true"},
+		{"cp_enable", "true"},
+		{"cp_namespace", "kube-system"},
+		{"vip_leaderelection", "true"},
+		{"vip_leasename", "plndr-cp-lock"},
+		{"vip_leaseduration", "5"},
+		{"vip_renewdeadline", "3"},
+		{"vip_retryperiod", "1"},
+	}
+	envYAML := ""
+	for _, e := range env {
+		envYAML += fmt.Sprintf("        - name: %s\n          value: %q\n", e[0], e[1])
+	}
+	return `apiVersion: v1
+kind: ServiceAccount
+metadata:
+  name: kube-vip
+  namespace: kube-system
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: system:kube-vip-role
+rules:
+- apiGroups: [""]
+  resources: ["services/status"]
+  verbs: ["update"]
+- apiGroups: [""]
+  resources: ["services", "endpoints", "nodes"]
+  verbs: ["list", "get", "watch", "update"]
+- apiGroups: ["coordination.k8s.io"]
+  resources: ["leases"]
+  verbs: ["list", "get", "watch", "update", "create"]
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: system:kube-vip-binding
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: system:kube-vip-role
+subjects:
+- kind: ServiceAccount
+  name: kube-vip
+  namespace: kube-system
+---
+apiVersion: apps/v1
+kind: DaemonSet
+metadata:
+  name: kube-vip
+  namespace: kube-system
+spec:
+  selector:
+    matchLabels:
+      app.kubernetes.io/name: kube-vip
+  template:
+    metadata:
+      labels:
+        app.kubernetes.io/name: kube-vip
+    spec:
+      affinity:
+        nodeAffinity:
+          requiredDuringSchedulingIgnoredDuringExecution:
+            nodeSelectorTerms:
+            - matchExpressions:
+              - key: node-role.kubernetes.io/control-plane
+                operator: Exists
+      tolerations:
+      - operator: Exists
+        effect: NoSchedule
+      - operator: Exists
+        effect: NoExecute
+      hostNetwork: true
+      serviceAccountName: kube-vip
+      containers:
+      - name: kube-vip
+        image: ` + image + `
+        imagePullPolicy: IfNotPresent
+        args: ["manager"]
+        env:
+` + envYAML + `        securityContext:
+          capabilities:
+            add: ["NET_ADMIN", "NET_RAW"]
+            drop: ["ALL"]
+`
+}
