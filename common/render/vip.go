@@ -63,7 +63,7 @@ func (n *Node) validateVIP(p *problems) {
 	switch {
 	case ip == nil:
 		p.add("VIP.Address", "%q is not an IP address: a virtual IP is an address the nodes announce, never a DNS name", v.Address)
-	case ip.IsUnspecified() || ip.IsLoopback() || ip.IsMulticast():
+	case ip.IsUnspecified() || ip.IsMulticast():
 		p.add("VIP.Address", "%s cannot be announced to other machines: use a free address of the nodes' network", v.Address)
 	case n.Endpoint.Host == "":
 		// checkEndpoint reports it.

@@ -31,7 +31,7 @@ func TestVIPRefused(t *testing.T) {
 		dist             Distribution
 	}{
 		{"DNS name", "VIP.Address", "not an IP address", func(n *Node) { n.VIP.Address = "api.example.com" }, K0s},
-		{"loopback", "VIP.Address", "cannot be announced", func(n *Node) { n.VIP.Address, n.Endpoint.Host = "127.0.0.5", "127.0.0.5" }, K3s},
+		{"unspecified", "VIP.Address", "cannot be announced", func(n *Node) { n.VIP.Address, n.Endpoint.Host = "0.0.0.0", "0.0.0.0" }, K3s},
 		{"not the endpoint", "VIP.Address", "set the endpoint host (on the Cluster or its infrastructure cluster) to the virtual IP",
 			func(n *Node) { n.Endpoint.Host = "192.0.2.11" }, K0s},
 		{"endpoint is a DNS name", "VIP.Address", `is not the Cluster's spec.controlPlaneEndpoint.host "api.demo.example.com"`,

@@ -58,6 +58,9 @@ type ClusterOptions struct {
 	// LoadBalancer, when set, puts the endpoint in front of another port on the control-plane
 	// nodes (KairosSimCluster spec.loadBalancer).
 	LoadBalancer *infrav1.KairosSimLoadBalancer
+	// VirtualIP makes the endpoint a virtual IP the control-plane nodes hold (KairosSimCluster
+	// spec.virtualIP): no load balancer answers on it.
+	VirtualIP bool
 }
 
 // TestCluster is a Cluster on KairosSimCluster infrastructure.
@@ -71,7 +74,7 @@ type TestCluster struct {
 func (h *Harness) CreateCluster(ctx context.Context, namespace, name string, o ClusterOptions) (*TestCluster, error) {
 	infra := &infrav1.KairosSimCluster{
 		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
-		Spec:       infrav1.KairosSimClusterSpec{FailureDomains: o.FailureDomains, LoadBalancer: o.LoadBalancer},
+		Spec:       infrav1.KairosSimClusterSpec{FailureDomains: o.FailureDomains, LoadBalancer: o.LoadBalancer, VirtualIP: o.VirtualIP},
 	}
 	if err := h.Client.Create(ctx, infra); err != nil {
 		return nil, fmt.Errorf("creating KairosSimCluster: %w", err)

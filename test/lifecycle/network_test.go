@@ -11,6 +11,8 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	"github.com/kairos-capi/kairos-capi/test/harness"
 	infrav1 "github.com/kairos-capi/kairos-capi/test/infrastructure/api/v1beta2"
@@ -73,6 +75,68 @@ func TestAPIServerPortBehindLoadBalancer(t *testing.T) {
 				return nil
 			})
 			t.Logf("%s cluster behind the load balancer checked after %s", dist, time.Since(start).Round(time.Second))
+		})
+	}
+}
+
+// TestVirtualIPSurvivesLosingItsHolder: a cluster with no load balancer, whose endpoint is a
+// virtual IP the control-plane nodes hold (k0s keepalived, k3s kube-vip). Nothing but the
+// holder answers on the endpoint; deleting the holder's Machine moves the address to another
+// control-plane node, the cluster stays reachable through <cluster>-kubeconfig, and the
+// control plane replaces the Machine through the same address.
+func TestVirtualIPSurvivesLosingItsHolder(t *testing.T) {
+	for _, dist := range distributions {
+		t.Run(string(dist), func(t *testing.T) {
+			start := time.Now()
+			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3, cluster: harness.ClusterOptions{VirtualIP: true},
+				mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+					// The simulated infrastructure's endpoints are on 127.0.0.1.
+					s.KairosConfigSpec.VirtualIP = &bootstrapv1.VirtualIP{Address: "127.0.0.1"}
+				}})
+			machines := c.waitSettled(3, version, waitScale)
+			t.Logf("3 control planes behind the virtual IP after %s", time.Since(start).Round(time.Second))
+
+			sim := c.SimCluster(c.ctx)
+			holder := sim.VIPHolder()
+			if holder == nil {
+				t.Fatal("no node holds the virtual IP, yet the cluster came up")
+			}
+			var held *clusterv1.Machine
+			for i := range machines {
+				if c.nodeOf(machines[i]) == holder {
+					held = &machines[i]
+				}
+			}
+			if held == nil {
+				t.Fatalf("the virtual IP is held by %s, which is no control-plane Machine's node", holder.Name())
+			}
+			if err := h.Client.Delete(c.ctx, held); err != nil {
+				t.Fatal(err)
+			}
+			framework.Eventually(t, waitScale, func() error {
+				if now := sim.VIPHolder(); now == nil || now == holder {
+					return fmt.Errorf("the virtual IP is held by %v", now)
+				}
+				return nil
+			})
+			wl, err := c.WorkloadClient(c.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := wl.List(c.ctx, &corev1.NodeList{}); err != nil {
+				t.Fatalf("the cluster is not reachable through its endpoint after the holder went away: %v", err)
+			}
+			replaced := c.waitSettled(3, version, 2*waitScale)
+			for _, m := range replaced {
+				if m.Name == held.Name {
+					t.Fatalf("Machine %s, which held the virtual IP, is still there", m.Name)
+				}
+			}
+			nodes := &corev1.NodeList{}
+			if err := wl.List(c.ctx, nodes); err != nil {
+				t.Fatalf("the cluster is not reachable through its endpoint: %v", err)
+			}
+			t.Logf("%s: the virtual IP moved to %s, %d Nodes reachable, after %s", dist, sim.VIPHolder().Name(), len(nodes.Items), time.Since(start).Round(time.Second))
 		})
 	}
 }

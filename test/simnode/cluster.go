@@ -52,9 +52,14 @@ type Cluster struct {
 	single bool
 
 	apiserver *process
-	config    *rest.Config
-	client    client.Client
-	kube      kubernetes.Interface
+	// apiAddr is host:port of the kube-apiserver: the endpoint, except behind a virtual IP.
+	apiAddr string
+	// vip, when the endpoint is a virtual IP, serves the endpoint while a control-plane node
+	// that holds the address runs.
+	vip    *vipEndpoint
+	config *rest.Config
+	client client.Client
+	kube   kubernetes.Interface
 
 	// init is the node that started the cluster: its retried boots reuse the cluster.
 	init *Node
@@ -137,9 +142,17 @@ func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, c
 		return nil, err
 	}
 	c := &Cluster{
-		reg: r, endpoint: endpoint, distribution: p.distribution, dir: dir, pki: cp, init: init.node,
+		reg: r, endpoint: endpoint, apiAddr: endpoint, distribution: p.distribution, dir: dir, pki: cp, init: init.node,
 		servers: map[string]*etcdServer{}, loop: make(chan struct{}),
 		single: p.distribution == render.K0s && p.flags.bool("single"),
+	}
+	if init.node.spec.EndpointIsVIP {
+		// The API server listens elsewhere; the endpoint answers only while a node holds it.
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
+		c.apiAddr = net.JoinHostPort(host, strconv.Itoa(port))
+		c.vip = newVIPEndpoint(endpoint, c.apiAddr, r.log)
 	}
 	if p.distribution == render.K3s {
 		t, err := p.token()
@@ -266,7 +279,7 @@ func (c *Cluster) start(ctx context.Context, host string, port int, init *etcdSe
 
 	admin := issued["admin"]
 	c.config = &rest.Config{
-		Host: "https://" + c.endpoint,
+		Host: "https://" + c.apiAddr,
 		TLSClientConfig: rest.TLSClientConfig{
 			CAData: cp.serverCA.Cert, CertData: admin.Cert, KeyData: admin.Key,
 		},
@@ -364,8 +377,26 @@ func (c *Cluster) Stop() {
 		c.cancel()
 		<-c.loop
 	}
+	if c.vip != nil {
+		c.vip.close()
+	}
 	c.stopProcesses()
 	_ = os.RemoveAll(c.dir)
+}
+
+// VIPHolder returns the node holding the cluster's endpoint as a virtual IP, or nil: when the
+// endpoint is no virtual IP, or no node holds it (then nothing answers on the endpoint).
+func (c *Cluster) VIPHolder() *Node {
+	if c.vip == nil {
+		return nil
+	}
+	return c.vip.Holder()
+}
+
+// reachable tells whether anything answers on the endpoint: always behind a load balancer
+// (the API server itself stands in for one), behind a virtual IP only while a node holds it.
+func (c *Cluster) reachable() bool {
+	return c.vip == nil || c.vip.served()
 }
 
 // stopProcesses kills the API server and every etcd member still running: the simulated
@@ -397,7 +428,7 @@ func (c *Cluster) issueClientCert(cn string, orgs []string) (*pki.KeyPair, error
 // configFor returns a rest.Config for a client certificate, trusting caCert for the server.
 func (c *Cluster) configFor(caCert []byte, kp *pki.KeyPair) *rest.Config {
 	return &rest.Config{
-		Host:            "https://" + c.endpoint,
+		Host:            "https://" + c.apiAddr,
 		TLSClientConfig: rest.TLSClientConfig{CAData: caCert, CertData: kp.Cert, KeyData: kp.Key},
 	}
 }

@@ -100,6 +100,10 @@ type NodeSpec struct {
 	// APIBackendPort is the port the endpoint forwards to on control-plane nodes, as a load
 	// balancer does (443 -> 6443); 0 means the nodes serve the endpoint's own port.
 	APIBackendPort int
+	// EndpointIsVIP says that no load balancer answers on the endpoint: it is a virtual IP,
+	// reachable only while a running control-plane node whose document makes it hold the
+	// address (k0s keepalived, kube-vip) holds it.
+	EndpointIsVIP bool
 	// FailFirstInitAfterAPIServer makes an init node's first boot attempt fail transiently
 	// once its API server runs, as the sandbox's demo cluster once did: the node's retry must
 	// reuse its own cluster, as a real k0s/k3s init node does with its data directory.
@@ -260,6 +264,7 @@ func (n *Node) stop() {
 	if e := n.etcdServer(); e != nil {
 		e.shutdown()
 	}
+	n.dropVIP()
 	n.mu.Lock()
 	changed := n.status.Phase != PhaseStopped
 	n.status.Phase, n.status.Reason, n.status.Message = PhaseStopped, ReasonStopped, "the machine was deleted"
@@ -526,7 +531,7 @@ func (n *Node) bootJoinServer(ctx context.Context, p *plan, name, installed stri
 // runningCluster returns the cluster serving an endpoint, or nil.
 func (n *Node) runningCluster(endpoint string) *Cluster {
 	c := n.reg.Cluster(endpoint)
-	if c == nil || !c.Running() {
+	if c == nil || !c.Running() || !c.reachable() {
 		return nil
 	}
 	return c
@@ -599,6 +604,18 @@ func (n *Node) startServer(ctx context.Context, c *Cluster, p *plan, name, insta
 			return err
 		}
 		return retry(ReasonStartFailed, "%v", err)
+	}
+	if c.vip != nil {
+		host, _, _ := net.SplitHostPort(c.endpoint)
+		holds, err := p.holdsVIP(host)
+		if err != nil {
+			return err
+		}
+		if holds {
+			if err := c.vip.join(n); err != nil {
+				return retry(ReasonStartFailed, "%v", err)
+			}
+		}
 	}
 	return nil
 }
@@ -1002,10 +1019,18 @@ func (n *Node) PowerOff(ctx context.Context) error {
 		e.mu.Unlock()
 		e.shutdown()
 	}
+	n.dropVIP()
 	return n.SetNodeCondition(ctx, corev1.NodeCondition{
 		Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
 		Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status.",
 	})
+}
+
+// dropVIP gives up the node's part in holding its cluster's virtual IP: it no longer runs.
+func (n *Node) dropVIP() {
+	if c := n.Cluster(); c != nil && c.vip != nil {
+		c.vip.leave(n)
+	}
 }
 
 // StartEtcd restarts the node's etcd process with its data, as systemd or the distribution's

@@ -188,7 +188,7 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, cluster *cluste
 		if !ok {
 			return ctrl.Result{}, fmt.Errorf("bootstrap data Secret %s has no value key", key.Name)
 		}
-		backend, err := r.apiBackendPort(ctx, cluster)
+		backend, vip, err := r.endpointKind(ctx, cluster)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
@@ -196,6 +196,7 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, cluster *cluste
 			Namespace: m.Namespace, Name: m.Name, ProviderID: providerID,
 			Endpoint:         net.JoinHostPort(ep.Host, strconv.Itoa(int(ep.Port))),
 			APIBackendPort:   backend,
+			EndpointIsVIP:    vip,
 			SystemUUID:       systemUUID,
 			Data:             data,
 			InstalledVersion: m.Spec.InstalledVersion,
@@ -238,21 +239,22 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, cluster *cluste
 	return ctrl.Result{}, nil
 }
 
-// apiBackendPort is the port the cluster's endpoint forwards to on control-plane nodes: the
-// KairosSimCluster's load balancer backend port, or 0 when the nodes serve the endpoint port.
-func (r *MachineReconciler) apiBackendPort(ctx context.Context, cluster *clusterv1.Cluster) (int, error) {
+// endpointKind says what answers on the cluster's endpoint: a load balancer forwarding to
+// backendPort on the control-plane nodes (0: the nodes serve the endpoint's port), or, with vip,
+// whichever control-plane node holds the endpoint as a virtual IP.
+func (r *MachineReconciler) endpointKind(ctx context.Context, cluster *clusterv1.Cluster) (backendPort int, vip bool, err error) {
 	ref := cluster.Spec.InfrastructureRef
 	if ref.Kind != "KairosSimCluster" || ref.APIGroup != infrav1.GroupVersion.Group {
-		return 0, nil
+		return 0, false, nil
 	}
 	sc := &infrav1.KairosSimCluster{}
 	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: cluster.Namespace, Name: ref.Name}, sc); err != nil {
-		return 0, fmt.Errorf("reading KairosSimCluster %s: %w", ref.Name, err)
+		return 0, false, fmt.Errorf("reading KairosSimCluster %s: %w", ref.Name, err)
 	}
-	if sc.Spec.LoadBalancer == nil {
-		return 0, nil
+	if sc.Spec.LoadBalancer != nil {
+		backendPort = int(sc.Spec.LoadBalancer.BackendPort)
 	}
-	return int(sc.Spec.LoadBalancer.BackendPort), nil
+	return backendPort, sc.Spec.VirtualIP, nil
 }
 
 // providerIDOf is the machine's provider ID in its convention, and the DMI product UUID of the

@@ -7,6 +7,7 @@ import (
 )
 
 // KairosSimClusterSpec is the desired state of a simulated cluster's infrastructure.
+// +kubebuilder:validation:XValidation:rule="!(has(self.loadBalancer) && has(self.virtualIP) && self.virtualIP)",message="a virtual IP endpoint has no load balancer: set loadBalancer or virtualIP, not both"
 type KairosSimClusterSpec struct {
 	// controlPlaneEndpoint is where the workload API server of the simulated cluster listens.
 	// The controller allocates 127.0.0.1:<free TCP port> once when it is empty.
@@ -27,6 +28,14 @@ type KairosSimClusterSpec struct {
 	// reached through the endpoint. Unset: the nodes serve the endpoint's port themselves.
 	// +optional
 	LoadBalancer *KairosSimLoadBalancer `json:"loadBalancer,omitempty"`
+
+	// virtualIP, when true, puts no load balancer in front of the control plane: the endpoint
+	// is a virtual IP the control-plane nodes hold among themselves, as on vSphere, Metal3 or
+	// Proxmox without one. It answers only while a running control-plane node whose bootstrap
+	// data makes it hold the address (k0s keepalived, kube-vip) holds it; when the holder goes
+	// away another such node takes over, and without one nothing answers.
+	// +optional
+	VirtualIP bool `json:"virtualIP,omitempty"`
 }
 
 // KairosSimLoadBalancer is the load balancer in front of a simulated cluster's API servers.
