@@ -48,12 +48,24 @@ func (r *Reconciler) reconcileExistingData(ctx context.Context, s *scope) (ctrl.
 		if err := r.adoptDataSecret(ctx, s, secret); err != nil {
 			return ctrl.Result{}, err
 		}
-		s.dataSecretName = secret.Name
-		s.done()
 		res, err := r.refreshJoinToken(ctx, s, secret)
 		if err != nil {
 			return ctrl.Result{}, err
 		}
+		published := ptr.Deref(s.config.Status.Initialization.DataSecretCreated, false) || s.owner.dataSecretName() != ""
+		if !published && secret.Annotations[TokenIDAnnotation] != "" && s.owner.needsJoinToken() &&
+			(s.joinToken == nil || s.joinToken.Status != metav1.ConditionTrue) {
+			// Stored, but its token is not known to exist (the manager stopped between the two,
+			// or the workload cluster did not answer): no node gets data it cannot join with.
+			msg := "the join token of the stored bootstrap data is not registered yet, retrying"
+			if s.joinToken != nil {
+				msg = s.joinToken.Message
+			}
+			s.wait(bootstrapv1.WaitingForJoinTokenReason, "%s", msg)
+			return util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: notConnectedRequeue}), nil
+		}
+		s.dataSecretName = secret.Name
+		s.done()
 		return util.LowestNonZeroResult(res, r.reconcileNodeProviderID(ctx, s)), nil
 	case !apierrors.IsNotFound(err):
 		return ctrl.Result{}, fmt.Errorf("reading bootstrap data Secret: %w", err)
@@ -401,18 +413,6 @@ func (r *Reconciler) reconcileDataSecret(ctx context.Context, s *scope) (ctrl.Re
 		s.wait(bootstrapv1.InvalidConfigurationReason, "cannot render the bootstrap data: %v", err)
 		return ctrl.Result{}, nil
 	}
-	if pt := s.pendingToken; pt != nil {
-		// Everything the token depends on is valid: register it, then store the data.
-		if err := r.Tokens.Create(ctx, s.clusterKey(), pt.token, pt.role, r.tokenExpiry()); err != nil {
-			s.wait(bootstrapv1.WaitingForJoinTokenReason, "%s", describeTokenErr(err))
-			return ctrl.Result{RequeueAfter: waitRequeue}, nil
-		}
-		ctrl.LoggerFrom(ctx).Info("Created join token in the workload cluster", "role", pt.role, "tokenID", pt.token.ID)
-		s.tokenID = pt.token.ID
-		s.joinToken = joinTokenCondition(metav1.ConditionTrue, bootstrapv1.JoinTokenValidReason,
-			"bootstrap token %s created, valid until %s and refreshed while a node may join with it", pt.token.ID, r.tokenExpiry().UTC().Format(time.RFC3339))
-	}
-
 	secret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{
 			Namespace:       s.config.Namespace,
@@ -423,12 +423,33 @@ func (r *Reconciler) reconcileDataSecret(ctx context.Context, s *scope) (ctrl.Re
 		Type: clusterv1.ClusterSecretType,
 		Data: map[string][]byte{"value": data},
 	}
-	if s.tokenID != "" {
-		secret.Annotations = map[string]string{TokenIDAnnotation: s.tokenID}
+	pt := s.pendingToken
+	if pt != nil {
+		secret.Annotations = map[string]string{TokenIDAnnotation: pt.token.ID}
 	}
+	// The data first, then its token: a manager that stops between the two (a crash, a lost
+	// leadership) finds the data on its next reconcile and re-creates the token it names
+	// (refreshJoinToken), where the other order would leave a live token no data holds and
+	// create a second one.
 	if err := r.Client.Create(ctx, secret); err != nil && !apierrors.IsAlreadyExists(err) {
 		s.wait(bootstrapv1.DataSecretCreationFailedReason, "creating the bootstrap data Secret failed, retrying")
 		return ctrl.Result{}, fmt.Errorf("creating bootstrap data Secret: %w", err)
+	} else if err != nil {
+		// Someone created it since reconcileExistingData read (API reader included): take that
+		// one on the next reconcile instead of registering a token it does not hold.
+		return ctrl.Result{RequeueAfter: time.Second}, nil
+	}
+	if pt != nil {
+		if err := r.Tokens.Create(ctx, s.clusterKey(), pt.token, pt.role, r.tokenExpiry()); err != nil && !apierrors.IsAlreadyExists(err) {
+			// The data is not published until its token exists: the next reconcile finds the
+			// data and re-creates the token from it.
+			s.wait(bootstrapv1.WaitingForJoinTokenReason, "%s", describeTokenErr(err))
+			return ctrl.Result{RequeueAfter: waitRequeue}, nil
+		}
+		ctrl.LoggerFrom(ctx).Info("Created join token in the workload cluster", "role", pt.role, "tokenID", pt.token.ID)
+		s.tokenID = pt.token.ID
+		s.joinToken = joinTokenCondition(metav1.ConditionTrue, bootstrapv1.JoinTokenValidReason,
+			"bootstrap token %s created, valid until %s and refreshed while a node may join with it", pt.token.ID, r.tokenExpiry().UTC().Format(time.RFC3339))
 	}
 	ctrl.LoggerFrom(ctx).Info("Created bootstrap data", "Secret", klog.KObj(secret), "init", s.inputs.Init)
 	s.dataSecretName = secret.Name

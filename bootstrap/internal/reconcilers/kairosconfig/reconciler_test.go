@@ -945,6 +945,7 @@ func TestReconcileWaits(t *testing.T) {
 		cluster    func(*clusterv1.Cluster)
 		extra      []client.Object
 		noPKI      bool
+		stored     bool // the data Secret is stored, though not handed out
 		tokens     *stubTokens
 		wantReason string
 		wantMsg    string
@@ -961,9 +962,12 @@ func TestReconcileWaits(t *testing.T) {
 			cluster: initialized, noPKI: true, wantReason: bootstrapv1.WaitingForClusterCertificatesReason, wantMsg: "demo-ca"},
 		{name: "k3s worker without the cluster token", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK3s},
 			cluster: initialized, wantReason: bootstrapv1.WaitingForJoinTokenReason, wantMsg: "demo-k3s-token"},
+		// The data is stored first (see reconcileDataSecret), but not handed out before its token
+		// exists.
 		{name: "workload cluster unreachable", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker},
-			cluster: initialized, tokens: &stubTokens{createErr: errors.New("connection refused")},
-			wantReason: bootstrapv1.WaitingForJoinTokenReason, wantMsg: "cannot reach the workload cluster to create a join token: connection refused"},
+			cluster: initialized, tokens: &stubTokens{createErr: errors.New("connection refused"), refreshErr: errors.New("connection refused")},
+			stored:     true,
+			wantReason: bootstrapv1.WaitingForJoinTokenReason, wantMsg: "in the workload cluster, retrying: connection refused"},
 		{name: "referenced Secret missing", spec: bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane,
 			Files: []bootstrapv1.File{{Path: "/etc/x", ContentFrom: &bootstrapv1.SecretKeyReference{Name: "user-files"}}}},
 			wantReason: bootstrapv1.WaitingForReferencedSecretReason, wantMsg: "Secret user-files referenced by the spec does not exist"},
@@ -995,8 +999,8 @@ func TestReconcileWaits(t *testing.T) {
 			}
 			assertCondition(t, config, bootstrapv1.DataSecretAvailableCondition, metav1.ConditionFalse, tc.wantReason, tc.wantMsg)
 			assertCondition(t, config, bootstrapv1.ReadyCondition, metav1.ConditionFalse, bootstrapv1.NotReadyReason, "")
-			if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
-				t.Fatalf("a data Secret exists: %v", err)
+			if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, &corev1.Secret{}); tc.stored != (err == nil) || err != nil && !apierrors.IsNotFound(err) {
+				t.Fatalf("data Secret stored = %v, want %v", err == nil, tc.stored)
 			}
 		})
 	}
@@ -1105,6 +1109,56 @@ func TestNoTokenWithoutData(t *testing.T) {
 			assertCondition(t, config, bootstrapv1.DataSecretAvailableCondition, metav1.ConditionFalse, bootstrapv1.InvalidConfigurationReason, tc.want)
 			if len(tokens.created) != 0 {
 				t.Errorf("tokens created without data: %+v", tokens.created)
+			}
+		})
+	}
+}
+
+// TestStoredDataWaitsForItsToken: data stored by a manager that stopped before it registered
+// the data's join token (or could not reach the workload cluster) is handed out only once the
+// token exists, re-created with the ID and secret the data holds: no second token, no data a
+// node cannot join with.
+func TestStoredDataWaitsForItsToken(t *testing.T) {
+	bt := token.BootstrapToken{ID: "abcdef", Secret: "0123456789abcdef"}
+	initialized := func(c *clusterv1.Cluster) { c.Status.Initialization.ControlPlaneInitialized = ptr.To(true) }
+	for _, tc := range []struct {
+		name       string
+		createErr  error
+		wantStored bool
+	}{
+		{name: "token registered from the data"},
+		{name: "workload cluster still unreachable", createErr: errors.New("connection refused")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cluster := newCluster()
+			initialized(cluster)
+			config := newConfig("m", bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker})
+			stored := &corev1.Secret{
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m", Annotations: map[string]string{TokenIDAnnotation: bt.ID}},
+				Data:       map[string][]byte{"value": joinData(t, bt)},
+			}
+			objs := append([]client.Object{cluster, newMachine("m", "v1.31.2"), config, stored}, pkiObjects(t)...)
+			c := newClient(t, objs...)
+			tokens := &stubTokens{refreshErr: apierrors.NewNotFound(schema.GroupResource{Resource: "secrets"}, "bootstrap-token-"+bt.ID), createErr: tc.createErr}
+			r := &Reconciler{Client: c, APIReader: c, Tokens: tokens}
+			r.complete()
+			_, got := reconcile(t, r, "m")
+			for _, c := range tokens.created {
+				if c.token != bt {
+					t.Errorf("created token %s, not the data's %s", c.token.ID, bt.ID)
+				}
+			}
+			if len(tokens.created) == 0 {
+				t.Fatalf("tokens created %+v, want exactly the data's %s; status %+v", tokens.created, bt.ID, got.Status)
+			}
+			handedOut := got.Status.DataSecretName != ""
+			if want := tc.createErr == nil; handedOut != want {
+				t.Fatalf("data handed out = %v, want %v (status %+v)", handedOut, want, got.Status)
+			}
+			if tc.createErr != nil {
+				assertCondition(t, got, bootstrapv1.DataSecretAvailableCondition, metav1.ConditionFalse, bootstrapv1.WaitingForJoinTokenReason, "connection refused")
+			} else {
+				assertCondition(t, got, bootstrapv1.JoinTokenAvailableCondition, metav1.ConditionTrue, bootstrapv1.JoinTokenRecreatedReason, bt.ID)
 			}
 		})
 	}
