@@ -41,6 +41,7 @@ type Options struct {
 	LeaderElectLeaseDuration time.Duration
 	LeaderElectRenewDeadline time.Duration
 	LeaderElectRetryPeriod   time.Duration
+	LeaderElectNamespace     string
 	WatchNamespace           string
 	WatchFilter              string
 	ProfilerAddress          string
@@ -67,6 +68,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaderElectLeaseDuration, "leader-elect-lease-duration", 15*time.Second, "How long non-leaders wait before forcing leadership.")
 	fs.DurationVar(&o.LeaderElectRenewDeadline, "leader-elect-renew-deadline", 10*time.Second, "How long the leader retries refreshing leadership before giving up.")
 	fs.DurationVar(&o.LeaderElectRetryPeriod, "leader-elect-retry-period", 2*time.Second, "How long clients wait between leader election attempts.")
+	fs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", "", "Namespace of the leader election lease. Empty means the manager's own namespace (required when it runs outside a cluster).")
 	fs.StringVar(&o.WatchNamespace, "namespace", "", "Namespace to reconcile objects in. Empty means all namespaces.")
 	fs.StringVar(&o.WatchFilter, "watch-filter", "", fmt.Sprintf("Only reconcile objects whose %s label has this value. Empty means all objects.", clusterv1.WatchLabel))
 	fs.StringVar(&o.ProfilerAddress, "profiler-address", "", "Bind address of the pprof profiler (e.g. localhost:6060). Empty disables it.")
@@ -144,6 +146,7 @@ func run(ctx context.Context, p Provider, o *Options) error {
 		Scheme:                     scheme,
 		LeaderElection:             o.LeaderElect,
 		LeaderElectionID:           p.LeaderElectionID,
+		LeaderElectionNamespace:    o.LeaderElectNamespace,
 		LeaseDuration:              &o.LeaderElectLeaseDuration,
 		RenewDeadline:              &o.LeaderElectRenewDeadline,
 		RetryPeriod:                &o.LeaderElectRetryPeriod,

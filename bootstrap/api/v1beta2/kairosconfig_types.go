@@ -46,6 +46,11 @@ const (
 	DefaultSecretKey    = "value"
 )
 
+// TokenIDAnnotation on a bootstrap data Secret names the bootstrap token inside the data (its
+// public half), so that the token is kept alive until the node has joined, and re-created from
+// the data when it is gone.
+const TokenIDAnnotation = "bootstrap.cluster.x-k8s.io/kairos-token-id"
+
 // KairosConfigSpec defines how a Kairos node is bootstrapped into a Kubernetes cluster.
 type KairosConfigSpec struct {
 	// role of the node: control-plane or worker. Defaults to worker.

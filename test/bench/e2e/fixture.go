@@ -26,6 +26,9 @@ import (
 // clusterName is the name of every benchmark Cluster; each provider gets its own namespace.
 const clusterName = "bench"
 
+// workerPrefix starts the names of the worker Machines, their configs and data Secrets.
+const workerPrefix = "worker-"
+
 // fixture is one provider's management objects: an initialized Cluster in its own namespace
 // and N worker Machines with their bootstrap configs.
 type fixture struct {
@@ -126,7 +129,7 @@ func (f *fixture) create(ctx context.Context, c client.Client, host string, port
 	}
 
 	return parallel(ctx, f.n, 8, func(i int) error {
-		name := fmt.Sprintf("worker-%04d", i)
+		name := fmt.Sprintf("%s%04d", workerPrefix, i)
 		m := &clusterv1.Machine{
 			ObjectMeta: metav1.ObjectMeta{Namespace: f.namespace, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
 			Spec: clusterv1.MachineSpec{

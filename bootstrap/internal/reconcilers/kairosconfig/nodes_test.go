@@ -141,7 +141,7 @@ func TestNotConnectedKeepsConditions(t *testing.T) {
 		Nodes: &fakeNodes{err: clustercache.ErrClusterNotConnected},
 	}
 	s := &scope{config: config, owner: &configOwner{machine: m}, cluster: newCluster()}
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "md-0-abcde", Annotations: map[string]string{TokenIDAnnotation: "abcdef"}}}
+	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "md-0-abcde", Annotations: map[string]string{bootstrapv1.TokenIDAnnotation: "abcdef"}}}
 	res, err := r.refreshJoinToken(context.Background(), s, secret)
 	if err != nil {
 		t.Fatal(err)

@@ -28,11 +28,6 @@ import (
 	"github.com/kairos-capi/kairos-capi/common/token"
 )
 
-// TokenIDAnnotation on a bootstrap data Secret names the generated bootstrap token inside the
-// data, so that the token can be kept alive until the node has joined. The id is the public
-// half of the token.
-const TokenIDAnnotation = "bootstrap.cluster.x-k8s.io/kairos-token-id"
-
 // reconcileExistingData finds bootstrap data that already exists. The data is write-once:
 // a node may already have consumed it, so it is never rendered again.
 func (r *Reconciler) reconcileExistingData(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -53,7 +48,7 @@ func (r *Reconciler) reconcileExistingData(ctx context.Context, s *scope) (ctrl.
 			return ctrl.Result{}, err
 		}
 		published := ptr.Deref(s.config.Status.Initialization.DataSecretCreated, false) || s.owner.dataSecretName() != ""
-		if !published && secret.Annotations[TokenIDAnnotation] != "" && s.owner.needsJoinToken() &&
+		if !published && secret.Annotations[bootstrapv1.TokenIDAnnotation] != "" && s.owner.needsJoinToken() &&
 			(s.joinToken == nil || s.joinToken.Status != metav1.ConditionTrue) {
 			// Stored, but its token is not known to exist (the manager stopped between the two,
 			// or the workload cluster did not answer): no node gets data it cannot join with.
@@ -110,7 +105,7 @@ func (r *Reconciler) adoptDataSecret(ctx context.Context, s *scope, secret *core
 // with the ID and secret the data holds: the data is write-once, and a MachinePool hands the
 // same data to every node it adds, at any time.
 func (r *Reconciler) refreshJoinToken(ctx context.Context, s *scope, secret *corev1.Secret) (ctrl.Result, error) {
-	id := secret.Annotations[TokenIDAnnotation]
+	id := secret.Annotations[bootstrapv1.TokenIDAnnotation]
 	if id == "" || !s.owner.needsJoinToken() {
 		return ctrl.Result{}, nil
 	}
@@ -425,7 +420,7 @@ func (r *Reconciler) reconcileDataSecret(ctx context.Context, s *scope) (ctrl.Re
 	}
 	pt := s.pendingToken
 	if pt != nil {
-		secret.Annotations = map[string]string{TokenIDAnnotation: pt.token.ID}
+		secret.Annotations = map[string]string{bootstrapv1.TokenIDAnnotation: pt.token.ID}
 	}
 	// The data first, then its token: a manager that stops between the two (a crash, a lost
 	// leadership) finds the data on its next reconcile and re-creates the token it names

@@ -411,7 +411,7 @@ func TestRefreshJoinToken(t *testing.T) {
 			r := &Reconciler{Tokens: tokens, TokenTTL: time.Minute, Now: func() time.Time { return now }}
 			secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m"}, Data: map[string][]byte{"value": tc.data}}
 			if tc.annotated {
-				secret.Annotations = map[string]string{TokenIDAnnotation: "abcdef"}
+				secret.Annotations = map[string]string{bootstrapv1.TokenIDAnnotation: "abcdef"}
 			}
 			s := &scope{config: newConfig("m", bootstrapv1.KairosConfigSpec{}), owner: tc.owner, cluster: newCluster()}
 			res, err := r.refreshJoinToken(context.Background(), s, secret)
@@ -522,7 +522,7 @@ func TestMachinePoolDataJoinsAnHourLater(t *testing.T) {
 	if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, data); err != nil {
 		t.Fatalf("no data: %+v", config.Status.Conditions)
 	}
-	bt, _, err := joinTokenOf(data.Data["value"], data.Annotations[TokenIDAnnotation])
+	bt, _, err := joinTokenOf(data.Data["value"], data.Annotations[bootstrapv1.TokenIDAnnotation])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -816,7 +816,7 @@ func TestDataSecret(t *testing.T) {
 				t.Errorf("a k3s agent's data holds a server token")
 			}
 			if tc.wantRole == "" {
-				if len(tokens.created) != 0 || s.Annotations[TokenIDAnnotation] != "" {
+				if len(tokens.created) != 0 || s.Annotations[bootstrapv1.TokenIDAnnotation] != "" {
 					t.Errorf("a token was created for the init node: %+v %v", tokens.created, s.Annotations)
 				}
 				if res.RequeueAfter != 0 {
@@ -831,8 +831,8 @@ func TestDataSecret(t *testing.T) {
 			if call.role != tc.wantRole || call.cluster != (client.ObjectKey{Namespace: ns, Name: "demo"}) {
 				t.Errorf("Create(%v, %s)", call.cluster, call.role)
 			}
-			if s.Annotations[TokenIDAnnotation] != call.token.ID {
-				t.Errorf("token annotation = %q, want the created token %q", s.Annotations[TokenIDAnnotation], call.token.ID)
+			if s.Annotations[bootstrapv1.TokenIDAnnotation] != call.token.ID {
+				t.Errorf("token annotation = %q, want the created token %q", s.Annotations[bootstrapv1.TokenIDAnnotation], call.token.ID)
 			}
 			if res.RequeueAfter != 3*time.Minute {
 				t.Errorf("RequeueAfter = %v, want TTL/3 to keep the token alive", res.RequeueAfter)
@@ -1134,7 +1134,7 @@ func TestStoredDataWaitsForItsToken(t *testing.T) {
 			initialized(cluster)
 			config := newConfig("m", bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker})
 			stored := &corev1.Secret{
-				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m", Annotations: map[string]string{TokenIDAnnotation: bt.ID}},
+				ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "m", Annotations: map[string]string{bootstrapv1.TokenIDAnnotation: bt.ID}},
 				Data:       map[string][]byte{"value": joinData(t, bt)},
 			}
 			objs := append([]client.Object{cluster, newMachine("m", "v1.31.2"), config, stored}, pkiObjects(t)...)

@@ -1,0 +1,309 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+)
+
+// Fault is how the bootstrap manager is interrupted in the middle of a storm of configs.
+type Fault string
+
+const (
+	// FaultKill kills the only manager with SIGKILL and starts it again.
+	FaultKill Fault = "kill"
+	// FaultLeaderLoss runs two managers with leader election and kills the leader with
+	// SIGKILL; the other must take over.
+	FaultLeaderLoss Fault = "leader-loss"
+)
+
+// StormOptions configure RunStorm.
+type StormOptions struct {
+	// N worker configs.
+	N     int
+	Fault Fault
+	// KillAt is how many configs are ready when the manager is killed (default N/3).
+	KillAt int
+	// LeaseDuration, RenewDeadline and RetryPeriod are the managers' leader election timings
+	// with FaultLeaderLoss.
+	LeaseDuration, RenewDeadline, RetryPeriod time.Duration
+	Logf                                      func(string, ...any)
+}
+
+// StormResult is what a storm with a fault ended with.
+type StormResult struct {
+	Ready int
+	// ReadyWhenKilled is how many configs were ready when the manager was killed.
+	ReadyWhenKilled int
+	// Takeover is the time from killing the leader to the other manager holding the lease
+	// (FaultLeaderLoss).
+	Takeover time.Duration
+	// Problems break an invariant: a config not ready or without exactly one data Secret, a
+	// data Secret written more than once, not exactly one live join token per config.
+	Problems []string
+	// WorkDir keeps the managers' logs when there are problems.
+	WorkDir string
+}
+
+// leaseAcquired is what client-go's leader election logs when a manager becomes the leader.
+const leaseAcquired = "successfully acquired lease"
+
+// RunStorm creates N worker KairosConfigs at once for the Kairos bootstrap manager, kills the
+// manager (or the leader of two) with SIGKILL once KillAt of them are ready, lets a manager
+// finish, and checks what must hold whatever the timing of the kill: every config ready with
+// exactly one data Secret, each data Secret created once and never written again (a node may
+// already have read it), and exactly one live join token per config, the one its data holds.
+func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error) {
+	if o.KillAt == 0 {
+		o.KillAt = o.N / 3
+	}
+	if o.Logf == nil {
+		o.Logf = func(string, ...any) {}
+	}
+	workDir, err := os.MkdirTemp("", "kairos-storm-")
+	if err != nil {
+		return nil, err
+	}
+	res = &StormResult{WorkDir: workDir}
+	defer func() {
+		if err == nil && len(res.Problems) == 0 {
+			_ = os.RemoveAll(workDir)
+			res.WorkDir = ""
+		}
+	}()
+	b := &bench{o: Options{N: o.N, Providers: []Provider{Kairos}, Logf: o.Logf, WorkDir: workDir}, specs: map[Provider]providerSpec{}}
+	if err := b.o.defaults(); err != nil {
+		return nil, err
+	}
+	if err := b.build(&Result{}); err != nil {
+		return nil, err
+	}
+	if err := b.startAPIServer(&Result{}); err != nil {
+		return nil, err
+	}
+	defer func() { _ = b.env.Stop() }()
+
+	spec := b.specs[Kairos]
+	namespace := "storm"
+	mgmt, err := StartProxy("management", b.env.Config, b.cert, b.caPEM)
+	if err != nil {
+		return nil, err
+	}
+	defer mgmt.Close()
+	wl, err := StartProxy("workload", b.env.Config, b.cert, b.caPEM)
+	if err != nil {
+		return nil, err
+	}
+	defer wl.Close()
+	wlKubeconfig, err := wl.Kubeconfig(clusterName)
+	if err != nil {
+		return nil, err
+	}
+	host, portText, err := net.SplitHostPort(wl.Host())
+	if err != nil {
+		return nil, err
+	}
+	port, _ := strconv.Atoi(portText)
+	f := &fixture{namespace: namespace, kind: spec.kind, n: o.N}
+	if err := f.create(ctx, b.client, host, int32(port), wlKubeconfig); err != nil {
+		return nil, err
+	}
+	mgmtKubeconfig, err := mgmt.Kubeconfig("management")
+	if err != nil {
+		return nil, err
+	}
+	kubeconfig := filepath.Join(workDir, "kairos.kubeconfig")
+	if err := os.WriteFile(kubeconfig, mgmtKubeconfig, 0o600); err != nil {
+		return nil, err
+	}
+	w, err := watchReady(ctx, b.cfg, spec.kind, namespace, o.N)
+	if err != nil {
+		return nil, err
+	}
+	defer w.Stop()
+
+	var extra []string
+	if o.Fault == FaultLeaderLoss {
+		extra = []string{"--leader-elect", "--leader-elect-namespace=" + namespace,
+			"--leader-elect-lease-duration=" + o.LeaseDuration.String(),
+			"--leader-elect-renew-deadline=" + o.RenewDeadline.String(),
+			"--leader-elect-retry-period=" + o.RetryPeriod.String()}
+	}
+	var procs []*process
+	defer func() {
+		for _, p := range procs {
+			_ = p.Stop(10 * time.Second)
+		}
+	}()
+	start := func(name string) (*process, error) {
+		p, err := b.start(spec, namespace, kubeconfig, name, extra...)
+		if err == nil {
+			procs = append(procs, p)
+		}
+		return p, err
+	}
+	first, err := start("kairos-1")
+	if err != nil {
+		return nil, err
+	}
+	var standby *process
+	if o.Fault == FaultLeaderLoss {
+		// The first one leads; the second waits for the lease.
+		if err := waitOutput(ctx, first, leaseAcquired, time.Minute); err != nil {
+			return res, err
+		}
+		if standby, err = start("kairos-2"); err != nil {
+			return nil, err
+		}
+	}
+
+	// Kill in the middle of the storm.
+	for {
+		if _, n := w.Last(); n >= o.KillAt {
+			res.ReadyWhenKilled = n
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return res, ctx.Err()
+		case <-w.Done():
+			return res, fmt.Errorf("every config was ready before the kill: raise N")
+		case <-time.After(20 * time.Millisecond):
+		}
+		if exited, err := first.Exited(); exited {
+			return res, fmt.Errorf("the manager exited before the kill (%v); log: %s", err, first.LogPath)
+		}
+	}
+	killed := time.Now()
+	if err := syscall.Kill(first.Pid(), syscall.SIGKILL); err != nil {
+		return res, fmt.Errorf("killing the manager: %w", err)
+	}
+	o.Logf("killed the manager with %d of %d configs ready", res.ReadyWhenKilled, o.N)
+	switch o.Fault {
+	case FaultKill:
+		if _, err := start("kairos-2"); err != nil {
+			return nil, err
+		}
+	case FaultLeaderLoss:
+		if err := waitOutput(ctx, standby, leaseAcquired, o.LeaseDuration+o.RenewDeadline+time.Minute); err != nil {
+			return res, err
+		}
+		res.Takeover = time.Since(killed)
+		o.Logf("the standby manager took over after %s", res.Takeover.Round(100*time.Millisecond))
+	}
+
+	timeout := time.NewTimer(b.o.ReadyTimeout)
+	defer timeout.Stop()
+	select {
+	case <-w.Done():
+	case <-timeout.C:
+	case <-ctx.Done():
+		return res, ctx.Err()
+	}
+	_, res.Ready = w.Last()
+	waitQuiet(ctx, b.o.Quiet, time.Minute, mgmt, wl)
+	res.Problems = append(res.Problems, verifyData(ctx, b.client, spec.kind, namespace, o.N)...)
+	res.Problems = append(res.Problems, verifyWrittenOnce(mgmt.Between(time.Time{}, time.Now()))...)
+	res.Problems = append(res.Problems, verifyOneTokenEach(ctx, b.client, namespace)...)
+	return res, nil
+}
+
+// waitOutput waits until a process has printed want.
+func waitOutput(ctx context.Context, p *process, want string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(p.Output(), want) {
+		if exited, err := p.Exited(); exited {
+			return fmt.Errorf("%s exited (%v) before printing %q; log: %s", p.Name, err, want, p.LogPath)
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s did not print %q within %s; log: %s", p.Name, want, timeout, p.LogPath)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return nil
+}
+
+// verifyWrittenOnce checks, from every request the managers made, that each data Secret (named
+// after its config) was created once and never written again.
+func verifyWrittenOnce(reqs []Request) []string {
+	creates := map[string]int{}
+	var problems []string
+	for _, r := range reqs {
+		if r.Resource != "secrets" || !r.IsWrite() {
+			continue
+		}
+		switch {
+		case r.Verb == "create" && r.Code == 201:
+			creates[r.Name]++
+		case r.Verb != "create" && strings.HasPrefix(r.Name, workerPrefix):
+			problems = append(problems, fmt.Sprintf("data Secret %s was written again (%s, %d) after it was created", r.Name, r.Verb, r.Code))
+		}
+	}
+	for name, c := range creates {
+		if c > 1 {
+			problems = append(problems, fmt.Sprintf("data Secret %s was created %d times", name, c))
+		}
+	}
+	if len(problems) > maxProblems {
+		problems = append(problems[:maxProblems], fmt.Sprintf("... %d problems in all", len(problems)))
+	}
+	return problems
+}
+
+// verifyOneTokenEach checks that the live join tokens (the workload cluster is the same API
+// server) are exactly the ones the data Secrets hold, one per config.
+func verifyOneTokenEach(ctx context.Context, c client.Client, namespace string) []string {
+	tokens := &corev1.SecretList{}
+	if err := c.List(ctx, tokens, client.InNamespace(metav1.NamespaceSystem), client.MatchingFields{"type": string(bootstrapapi.SecretTypeBootstrapToken)}); err != nil {
+		return []string{fmt.Sprintf("listing bootstrap tokens: %v", err)}
+	}
+	live := map[string]bool{}
+	for _, t := range tokens.Items {
+		live[string(t.Data[bootstrapapi.BootstrapTokenIDKey])] = true
+	}
+	data := &corev1.SecretList{}
+	if err := c.List(ctx, data, client.InNamespace(namespace)); err != nil {
+		return []string{fmt.Sprintf("listing data Secrets: %v", err)}
+	}
+	held := map[string]bool{}
+	var problems []string
+	for _, s := range data.Items {
+		id := s.Annotations[bootstrapv1.TokenIDAnnotation]
+		if id == "" {
+			continue
+		}
+		if held[id] {
+			problems = append(problems, fmt.Sprintf("two data Secrets hold token %s", id))
+		}
+		held[id] = true
+		if !live[id] {
+			problems = append(problems, fmt.Sprintf("data Secret %s holds token %s, which does not exist", s.Name, id))
+		}
+	}
+	var orphans []string
+	for id := range live {
+		if !held[id] {
+			orphans = append(orphans, id)
+		}
+	}
+	sort.Strings(orphans)
+	if len(orphans) > 0 {
+		problems = append(problems, fmt.Sprintf("%d live join tokens no data holds: %v", len(orphans), orphans))
+	}
+	return problems
+}

@@ -1,0 +1,51 @@
+package e2e_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/kairos-capi/kairos-capi/test/bench/e2e"
+	"github.com/kairos-capi/kairos-capi/test/framework"
+)
+
+// stormN is the storm the issue asks the bootstrap manager to survive a kill in.
+const stormN = 200
+
+// TestStormSurvivesFaults kills the bootstrap manager with SIGKILL in the middle of a storm of
+// 200 worker configs, alone (then restarted) and as the leader of two replicas (the other takes
+// over): every config ends ready with exactly one data Secret, written once, and exactly one
+// live join token, the one its data holds.
+func TestStormSurvivesFaults(t *testing.T) {
+	for _, tc := range []struct {
+		fault e2e.Fault
+	}{{e2e.FaultKill}, {e2e.FaultLeaderLoss}} {
+		t.Run(string(tc.fault), func(t *testing.T) {
+			o := e2e.StormOptions{N: stormN, Fault: tc.fault, Logf: t.Logf,
+				LeaseDuration: 8 * time.Second, RenewDeadline: 6 * time.Second, RetryPeriod: time.Second}
+			res, err := e2e.RunStorm(framework.Context(t), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.ReadyWhenKilled >= stormN {
+				t.Fatalf("the kill came after the storm (%d ready): it proves nothing", res.ReadyWhenKilled)
+			}
+			if res.Ready != stormN {
+				t.Errorf("%d of %d configs ready", res.Ready, stormN)
+			}
+			for _, p := range res.Problems {
+				t.Error(p)
+			}
+			if tc.fault == e2e.FaultLeaderLoss {
+				// A leader killed without releasing its lease: the other waits until the lease
+				// expires, then acquires it within a retry period or two.
+				if limit := o.LeaseDuration + 3*o.RetryPeriod; res.Takeover > limit {
+					t.Errorf("the standby took over after %s, want at most %s", res.Takeover, limit)
+				}
+			}
+			if t.Failed() && res.WorkDir != "" {
+				t.Logf("managers' logs kept in %s", res.WorkDir)
+			}
+			t.Logf("%s: killed with %d of %d ready, all %d ready after; takeover %s", tc.fault, res.ReadyWhenKilled, stormN, res.Ready, res.Takeover)
+		})
+	}
+}
