@@ -3,11 +3,8 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -100,37 +97,12 @@ func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error)
 
 	spec := b.specs[Kairos]
 	namespace := "storm"
-	mgmt, err := StartProxy("management", b.env.Config, b.cert, b.caPEM)
+	mgmt, wl, kubeconfig, err := b.prepare(ctx, spec, namespace, "kairos")
 	if err != nil {
 		return nil, err
 	}
 	defer mgmt.Close()
-	wl, err := StartProxy("workload", b.env.Config, b.cert, b.caPEM)
-	if err != nil {
-		return nil, err
-	}
 	defer wl.Close()
-	wlKubeconfig, err := wl.Kubeconfig(clusterName)
-	if err != nil {
-		return nil, err
-	}
-	host, portText, err := net.SplitHostPort(wl.Host())
-	if err != nil {
-		return nil, err
-	}
-	port, _ := strconv.Atoi(portText)
-	f := &fixture{namespace: namespace, kind: spec.kind, n: o.N}
-	if err := f.create(ctx, b.client, host, int32(port), wlKubeconfig); err != nil {
-		return nil, err
-	}
-	mgmtKubeconfig, err := mgmt.Kubeconfig("management")
-	if err != nil {
-		return nil, err
-	}
-	kubeconfig := filepath.Join(workDir, "kairos.kubeconfig")
-	if err := os.WriteFile(kubeconfig, mgmtKubeconfig, 0o600); err != nil {
-		return nil, err
-	}
 	w, err := watchReady(ctx, b.cfg, spec.kind, namespace, o.N)
 	if err != nil {
 		return nil, err

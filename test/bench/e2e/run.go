@@ -449,15 +449,11 @@ func (b *bench) runProvider(ctx context.Context, p Provider) (*ProviderResult, e
 
 	// Each provider gets its own pair of proxies: everything they see comes from that
 	// provider's process.
-	mgmt, err := StartProxy("management", b.env.Config, b.cert, b.caPEM)
+	mgmt, wl, kubeconfigPath, err := b.prepare(ctx, spec, namespace, string(p))
 	if err != nil {
 		return nil, err
 	}
 	defer mgmt.Close()
-	wl, err := StartProxy("workload", b.env.Config, b.cert, b.caPEM)
-	if err != nil {
-		return nil, err
-	}
 	defer wl.Close()
 	defer func() {
 		for _, px := range []*Proxy{mgmt, wl} {
@@ -466,29 +462,6 @@ func (b *bench) runProvider(ctx context.Context, p Provider) (*ProviderResult, e
 			}
 		}
 	}()
-
-	wlKubeconfig, err := wl.Kubeconfig(clusterName)
-	if err != nil {
-		return nil, err
-	}
-	host, portStr, err := net.SplitHostPort(wl.Host())
-	if err != nil {
-		return nil, err
-	}
-	port, _ := strconv.Atoi(portStr)
-	b.o.Logf("%s: creating an initialized Cluster and %d worker %ss in %s", spec.name, b.o.N, spec.kind.Kind, namespace)
-	f := &fixture{namespace: namespace, kind: spec.kind, n: b.o.N}
-	if err := f.create(ctx, b.client, host, int32(port), wlKubeconfig); err != nil {
-		return nil, err
-	}
-	mgmtKubeconfig, err := mgmt.Kubeconfig("management")
-	if err != nil {
-		return nil, err
-	}
-	kubeconfigPath := filepath.Join(b.o.WorkDir, string(p)+".kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, mgmtKubeconfig, 0o600); err != nil {
-		return nil, fmt.Errorf("writing %s: %w", kubeconfigPath, err)
-	}
 
 	w, err := watchReady(ctx, b.cfg, spec.kind, namespace, b.o.N)
 	if err != nil {
@@ -564,6 +537,47 @@ func (b *bench) runProvider(ctx context.Context, p Provider) (*ProviderResult, e
 		}
 	}
 	return pr, nil
+}
+
+// prepare starts a provider's management and workload proxies, creates its fixture in
+// namespace and writes the kubeconfig (through the management proxy) its process gets.
+func (b *bench) prepare(ctx context.Context, spec providerSpec, namespace, name string) (mgmt, wl *Proxy, kubeconfigPath string, err error) {
+	if mgmt, err = StartProxy("management", b.env.Config, b.cert, b.caPEM); err != nil {
+		return nil, nil, "", err
+	}
+	if wl, err = StartProxy("workload", b.env.Config, b.cert, b.caPEM); err != nil {
+		_ = mgmt.Close()
+		return nil, nil, "", err
+	}
+	defer func() {
+		if err != nil {
+			_ = mgmt.Close()
+			_ = wl.Close()
+		}
+	}()
+	wlKubeconfig, err := wl.Kubeconfig(clusterName)
+	if err != nil {
+		return nil, nil, "", err
+	}
+	host, portStr, err := net.SplitHostPort(wl.Host())
+	if err != nil {
+		return nil, nil, "", err
+	}
+	port, _ := strconv.Atoi(portStr)
+	b.o.Logf("%s: creating an initialized Cluster and %d worker %ss in %s", spec.name, b.o.N, spec.kind.Kind, namespace)
+	f := &fixture{namespace: namespace, kind: spec.kind, n: b.o.N}
+	if err := f.create(ctx, b.client, host, int32(port), wlKubeconfig); err != nil {
+		return nil, nil, "", err
+	}
+	mgmtKubeconfig, err := mgmt.Kubeconfig("management")
+	if err != nil {
+		return nil, nil, "", err
+	}
+	kubeconfigPath = filepath.Join(b.o.WorkDir, name+".kubeconfig")
+	if err := os.WriteFile(kubeconfigPath, mgmtKubeconfig, 0o600); err != nil {
+		return nil, nil, "", fmt.Errorf("writing %s: %w", kubeconfigPath, err)
+	}
+	return mgmt, wl, kubeconfigPath, nil
 }
 
 // waitReady waits until every config reported ready, the timeout passes, or the process
