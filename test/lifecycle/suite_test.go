@@ -64,7 +64,8 @@ func run(m *testing.M) int {
 		ExtraWebhookDirs: []string{filepath.Join(root, "controlplane", "config", "webhook")},
 		AddToScheme:      []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
 		Setup: []harness.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
-			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 4, EtcdHealthInterval: 5 * time.Second})
+			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 4, EtcdHealthInterval: 5 * time.Second,
+				Client: countingClient{Client: mgr.GetClient(), log: controlPlaneWrites}})
 		}},
 		// Short join-token lifetime: scenarios run long enough to see refreshes.
 		BootstrapTokenTTL: 2 * time.Minute,
