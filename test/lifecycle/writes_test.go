@@ -31,7 +31,7 @@ type writeLog struct {
 }
 
 type recordedWrite struct {
-	at                  time.Time
+	at                   time.Time
 	verb, kind, ns, name string
 }
 
