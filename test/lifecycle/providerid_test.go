@@ -17,6 +17,7 @@ import (
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	"github.com/kairos-capi/kairos-capi/test/harness"
 	infrav1 "github.com/kairos-capi/kairos-capi/test/infrastructure/api/v1beta2"
+	infracontrollers "github.com/kairos-capi/kairos-capi/test/infrastructure/controllers"
 )
 
 // TestProviderIDConventions: machines whose infrastructure writes real providers' provider IDs
@@ -50,6 +51,11 @@ func TestProviderIDConventions(t *testing.T) {
 			cp := c.waitSettled(1, version, waitScale)
 			if !strings.HasPrefix(cp[0].Spec.ProviderID, "vsphere://") {
 				t.Errorf("control-plane Machine provider ID %q, want vsphere://<BIOS UUID>", cp[0].Spec.ProviderID)
+			}
+			// The node finds what vSphere tells a VM where Kairos' datasource puts it.
+			meta, err := c.nodeOf(cp[0]).ReadFile(infracontrollers.VSphereMetadataPath)
+			if err != nil || !strings.Contains(string(meta), "local-hostname: \""+cp[0].Spec.InfrastructureRef.Name+"\"") {
+				t.Errorf("vSphere metadata on the node (%v):\n%s", err, meta)
 			}
 
 			wl, err := c.WorkloadClient(c.ctx)

@@ -95,6 +95,10 @@ type NodeSpec struct {
 	// the kubelet reports as systemUUID and vSphere and Proxmox build provider IDs from).
 	// Default: a random one.
 	SystemUUID string
+	// Files are put under the node's root before it boots: what the machine's datasource
+	// extracts from its infrastructure (vSphere's guestinfo metadata, which Kairos' yip writes
+	// to /run/config/metadata), by absolute path.
+	Files map[string]string
 	// Endpoint is host:port of the machine's cluster (the KairosSimCluster's endpoint).
 	Endpoint string
 	// APIBackendPort is the port the endpoint forwards to on control-plane nodes, as a load

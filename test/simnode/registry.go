@@ -153,6 +153,15 @@ func (r *Registry) StartNode(spec NodeSpec) (*Node, error) {
 	if err := os.WriteFile(filepath.Join(dmi, "product_uuid"), []byte(spec.SystemUUID+"\n"), 0o444); err != nil {
 		return nil, err
 	}
+	for path, content := range spec.Files {
+		full := filepath.Join(root, filepath.Clean("/"+path))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(full, []byte(content), 0o644); err != nil {
+			return nil, err
+		}
+	}
 	n := newNode(r, spec, root, ip)
 	r.nodes[spec.ProviderID] = n
 	n.start()

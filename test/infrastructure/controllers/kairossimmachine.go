@@ -198,6 +198,7 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, cluster *cluste
 			APIBackendPort:   backend,
 			EndpointIsVIP:    vip,
 			SystemUUID:       systemUUID,
+			Files:            datasourceFiles(m),
 			Data:             data,
 			InstalledVersion: m.Spec.InstalledVersion,
 		})
@@ -256,6 +257,22 @@ func (r *MachineReconciler) endpointKind(ctx context.Context, cluster *clusterv1
 	}
 	return backendPort, sc.Spec.VirtualIP, nil
 }
+
+// datasourceFiles are the files a Kairos node's datasource extracts from its machine's
+// infrastructure, besides the bootstrap data. Kairos reads its cloud-config with yip's
+// datasource providers (github.com/mudler/yip pkg/plugins/datasourceProviders): on vSphere the
+// VMware provider also writes the guestinfo.metadata CAPV sets (instance-id, local-hostname,
+// network) to /run/config/metadata; the config-drive and NoCloud providers (Proxmox, KubeVirt,
+// Metal3) read only the user data, so their metadata stays on the drive.
+func datasourceFiles(m *infrav1.KairosSimMachine) map[string]string {
+	if m.Spec.ProviderIDConvention != infrav1.ProviderIDVSphere {
+		return nil
+	}
+	return map[string]string{VSphereMetadataPath: fmt.Sprintf("instance-id: %q\nlocal-hostname: %q\nwait-on-network:\n  ipv4: true\nnetwork:\n  version: 2\n  ethernets:\n    id0:\n      match:\n        name: \"e*\"\n      dhcp4: true\n", m.Name, m.Name)}
+}
+
+// VSphereMetadataPath is where yip's VMware datasource writes a VM's guestinfo metadata.
+const VSphereMetadataPath = "/run/config/metadata"
 
 // providerIDOf is the machine's provider ID in its convention, and the DMI product UUID of the
 // machine: its UID, a UUID that never changes while the machine exists (what a hypervisor's
