@@ -74,7 +74,7 @@ FUZZTIME ?= 15s
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 15s) each.
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; echo "== fuzz $$fn ./$$pkg ($(FUZZTIME))"; \
-		(cd $${pkg%%/*} && go test -run='^$$' -fuzz="^$$fn\$$" -fuzztime=$(FUZZTIME) ./$${pkg#*/}) || exit 1; done
+		./hack/fuzz.sh $$pkg $$fn $(FUZZTIME) || exit 1; done
 
 .PHONY: bench
 bench: ## Run the benchmarks.
