@@ -134,6 +134,9 @@ func TestSteadyControlPlaneWritesNothing(t *testing.T) {
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
 			c.waitSettled(1, version, waitScale)
 			ns := c.Cluster.Namespace
+			if len(controlPlaneWrites.since(ns, time.Time{})) == 0 {
+				t.Fatal("no write of the control plane was counted while it created its Machine: the counting client is not in use")
+			}
 			// Settled means no write for a while: Machine and node conditions take a few
 			// reconciles to arrive.
 			var quietSince time.Time
