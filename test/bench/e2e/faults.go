@@ -34,7 +34,8 @@ type StormOptions struct {
 	// N worker configs.
 	N     int
 	Fault Fault
-	// KillAt is how many configs are ready when the manager is killed (default N/3).
+	// KillAt is how many configs must be ready before the manager is killed (default N/3); it
+	// is killed at the first moment after that when some config is between its two writes.
 	KillAt int
 	// LeaseDuration, RenewDeadline and RetryPeriod are the managers' leader election timings
 	// with FaultLeaderLoss.
@@ -47,6 +48,9 @@ type StormResult struct {
 	Ready int
 	// ReadyWhenKilled is how many configs were ready when the manager was killed.
 	ReadyWhenKilled int
+	// BetweenWrites is how many more data Secrets than join tokens were created when the
+	// manager was killed (negative: more tokens than data): configs caught between the two.
+	BetweenWrites int
 	// Takeover is the time from killing the leader to the other manager holding the lease
 	// (FaultLeaderLoss).
 	Takeover time.Duration
@@ -58,7 +62,7 @@ type StormResult struct {
 }
 
 // leaseAcquired is what client-go's leader election logs when a manager becomes the leader.
-const leaseAcquired = "successfully acquired lease"
+const leaseAcquired = "Successfully acquired lease"
 
 // RunStorm creates N worker KairosConfigs at once for the Kairos bootstrap manager, kills the
 // manager (or the leader of two) with SIGKILL once KillAt of them are ready, lets a manager
@@ -144,18 +148,21 @@ func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error)
 		}
 	}
 
-	// Kill in the middle of the storm.
+	// Kill in the middle of the storm, at a moment when some configs are between their two
+	// writes (the data Secret in the management cluster, the join token in the workload
+	// cluster), whichever comes first: the one moment a kill can leave half of a config behind.
 	for {
-		if _, n := w.Last(); n >= o.KillAt {
-			res.ReadyWhenKilled = n
+		_, ready := w.Last()
+		if between := createdSecrets(mgmt) - createdSecrets(wl); ready >= o.KillAt && between != 0 {
+			res.ReadyWhenKilled, res.BetweenWrites = ready, between
 			break
 		}
 		select {
 		case <-ctx.Done():
 			return res, ctx.Err()
 		case <-w.Done():
-			return res, fmt.Errorf("every config was ready before the kill: raise N")
-		case <-time.After(20 * time.Millisecond):
+			return res, fmt.Errorf("every config was ready before a config was caught between its two writes: raise N")
+		case <-time.After(time.Millisecond):
 		}
 		if exited, err := first.Exited(); exited {
 			return res, fmt.Errorf("the manager exited before the kill (%v); log: %s", err, first.LogPath)
@@ -165,7 +172,7 @@ func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error)
 	if err := syscall.Kill(first.Pid(), syscall.SIGKILL); err != nil {
 		return res, fmt.Errorf("killing the manager: %w", err)
 	}
-	o.Logf("killed the manager with %d of %d configs ready", res.ReadyWhenKilled, o.N)
+	o.Logf("killed the manager with %d of %d configs ready, %d between their data and their token", res.ReadyWhenKilled, o.N, res.BetweenWrites)
 	switch o.Fault {
 	case FaultKill:
 		if _, err := start("kairos-2"); err != nil {
@@ -190,9 +197,20 @@ func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error)
 	_, res.Ready = w.Last()
 	waitQuiet(ctx, b.o.Quiet, time.Minute, mgmt, wl)
 	res.Problems = append(res.Problems, verifyData(ctx, b.client, spec.kind, namespace, o.N)...)
-	res.Problems = append(res.Problems, verifyWrittenOnce(mgmt.Between(time.Time{}, time.Now()))...)
+	res.Problems = append(res.Problems, verifyWrittenOnce(mgmt.Between(time.Time{}, time.Now()), o.N)...)
 	res.Problems = append(res.Problems, verifyOneTokenEach(ctx, b.client, namespace)...)
 	return res, nil
+}
+
+// createdSecrets counts the Secrets created through a proxy so far (answered 201).
+func createdSecrets(p *Proxy) int {
+	n := 0
+	for _, r := range p.Between(time.Time{}, time.Now()) {
+		if r.Verb == "create" && r.Resource == "secrets" && r.Code == 201 {
+			n++
+		}
+	}
+	return n
 }
 
 // waitOutput waits until a process has printed want.
@@ -210,10 +228,11 @@ func waitOutput(ctx context.Context, p *process, want string, timeout time.Durat
 	return nil
 }
 
-// verifyWrittenOnce checks, from every request the managers made, that each data Secret (named
-// after its config) was created once and never written again.
-func verifyWrittenOnce(reqs []Request) []string {
-	creates := map[string]int{}
+// verifyWrittenOnce checks, from every request the managers made to the management cluster,
+// that n Secrets were created (the proxy records no name for a create: the managers create no
+// other Secret there) and that no data Secret (named after its config) was written again.
+func verifyWrittenOnce(reqs []Request, n int) []string {
+	creates := 0
 	var problems []string
 	for _, r := range reqs {
 		if r.Resource != "secrets" || !r.IsWrite() {
@@ -221,15 +240,13 @@ func verifyWrittenOnce(reqs []Request) []string {
 		}
 		switch {
 		case r.Verb == "create" && r.Code == 201:
-			creates[r.Name]++
+			creates++
 		case r.Verb != "create" && strings.HasPrefix(r.Name, workerPrefix):
 			problems = append(problems, fmt.Sprintf("data Secret %s was written again (%s, %d) after it was created", r.Name, r.Verb, r.Code))
 		}
 	}
-	for name, c := range creates {
-		if c > 1 {
-			problems = append(problems, fmt.Sprintf("data Secret %s was created %d times", name, c))
-		}
+	if creates != n {
+		problems = append(problems, fmt.Sprintf("%d Secrets created for %d configs, want one each", creates, n))
 	}
 	if len(problems) > maxProblems {
 		problems = append(problems[:maxProblems], fmt.Sprintf("... %d problems in all", len(problems)))
