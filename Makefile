@@ -6,7 +6,7 @@ SHELL := /usr/bin/env bash -o pipefail
 
 ROOT := $(abspath .)
 BIN := $(ROOT)/bin
-MODULES := common bootstrap/api bootstrap controlplane/api controlplane release test
+MODULES := common common/provider bootstrap/api bootstrap controlplane/api controlplane release test
 
 CONTROLLER_GEN_VERSION := v0.21.0
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)

@@ -10,7 +10,6 @@ require (
 	k8s.io/apiextensions-apiserver v0.36.3
 	k8s.io/apimachinery v0.36.3
 	k8s.io/client-go v0.36.3
-	k8s.io/component-base v0.36.3
 	k8s.io/klog/v2 v2.140.0
 	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2
 	sigs.k8s.io/cluster-api v1.14.2
@@ -18,6 +17,8 @@ require (
 	sigs.k8s.io/controller-runtime v0.24.1
 	sigs.k8s.io/yaml v1.6.0
 )
+
+require k8s.io/component-base v0.36.3 // indirect
 
 require (
 	cel.dev/expr v0.25.2 // indirect
@@ -53,6 +54,7 @@ require (
 	github.com/itchyny/timefmt-go v0.1.8 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/kairos-capi/kairos-capi/common/provider v0.0.0-00010101000000-000000000000
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
@@ -112,3 +114,5 @@ replace (
 	github.com/kairos-capi/kairos-capi/bootstrap/api => ./api
 	github.com/kairos-capi/kairos-capi/common => ../common
 )
+
+replace github.com/kairos-capi/kairos-capi/common/provider => ../common/provider

@@ -8,8 +8,8 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/kairos-capi/kairos-capi/bootstrap/manager"
 	"github.com/kairos-capi/kairos-capi/bootstrap/setup"
+	"github.com/kairos-capi/kairos-capi/common/provider/manager"
 )
 
 // RBAC for the authorized diagnostics (metrics) endpoint.

@@ -4,7 +4,6 @@ go 1.26.3
 
 require (
 	github.com/go-logr/logr v1.4.4
-	github.com/kairos-capi/kairos-capi/bootstrap v0.0.0-00010101000000-000000000000
 	github.com/kairos-capi/kairos-capi/bootstrap/api v0.0.0-00010101000000-000000000000
 	github.com/kairos-capi/kairos-capi/common v0.0.0-00010101000000-000000000000
 	github.com/kairos-capi/kairos-capi/controlplane/api v0.0.0-00010101000000-000000000000
@@ -59,6 +58,7 @@ require (
 	github.com/itchyny/timefmt-go v0.1.8 // indirect
 	github.com/josharian/intern v1.0.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/kairos-capi/kairos-capi/common/provider v0.0.0-00010101000000-000000000000
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/mailru/easyjson v0.7.7 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
@@ -118,8 +118,9 @@ require (
 )
 
 replace (
-	github.com/kairos-capi/kairos-capi/bootstrap => ../bootstrap
 	github.com/kairos-capi/kairos-capi/bootstrap/api => ../bootstrap/api
 	github.com/kairos-capi/kairos-capi/common => ../common
 	github.com/kairos-capi/kairos-capi/controlplane/api => ./api
 )
+
+replace github.com/kairos-capi/kairos-capi/common/provider => ../common/provider

@@ -8,7 +8,7 @@ import (
 	"github.com/spf13/pflag"
 	ctrl "sigs.k8s.io/controller-runtime"
 
-	"github.com/kairos-capi/kairos-capi/bootstrap/manager"
+	"github.com/kairos-capi/kairos-capi/common/provider/manager"
 	"github.com/kairos-capi/kairos-capi/controlplane/setup"
 )
 

@@ -23,8 +23,8 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
-	"github.com/kairos-capi/kairos-capi/bootstrap/manager"
 	"github.com/kairos-capi/kairos-capi/bootstrap/setup"
+	"github.com/kairos-capi/kairos-capi/common/provider/manager"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 )
 

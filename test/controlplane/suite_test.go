@@ -28,8 +28,8 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
-	bootstrapmanager "github.com/kairos-capi/kairos-capi/bootstrap/manager"
 	bootstrapsetup "github.com/kairos-capi/kairos-capi/bootstrap/setup"
+	"github.com/kairos-capi/kairos-capi/common/provider/manager"
 	controlplanesetup "github.com/kairos-capi/kairos-capi/controlplane/setup"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 )
@@ -107,7 +107,7 @@ func startManager(ctx context.Context) error {
 		Scheme:                 scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  bootstrapmanager.CacheOptions("", 10*time.Minute),
+		Cache:                  manager.CacheOptions("", 10*time.Minute),
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir,
 		}),
@@ -115,7 +115,7 @@ func startManager(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	cc, err := bootstrapmanager.NewClusterCache(ctx, mgr, "controlplane-webhook-suite", bootstrapmanager.ClusterCacheOptions{WatchFilter: watchFilter, Concurrency: 1})
+	cc, err := manager.NewClusterCache(ctx, mgr, "controlplane-webhook-suite", manager.ClusterCacheOptions{WatchFilter: watchFilter, Concurrency: 1})
 	if err != nil {
 		return err
 	}

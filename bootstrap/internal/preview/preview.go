@@ -29,10 +29,10 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
-	"github.com/kairos-capi/kairos-capi/bootstrap/clustersecret"
 	crdfiles "github.com/kairos-capi/kairos-capi/bootstrap/config/crd"
 	"github.com/kairos-capi/kairos-capi/bootstrap/internal/reconcilers/kairosconfig"
 	"github.com/kairos-capi/kairos-capi/bootstrap/internal/webhooks"
+	"github.com/kairos-capi/kairos-capi/common/provider/clustersecret"
 )
 
 // DefaultEndpoint is the control-plane endpoint used when the input has no Cluster

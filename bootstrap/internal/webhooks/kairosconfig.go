@@ -15,7 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
-	"github.com/kairos-capi/kairos-capi/bootstrap/dryrun"
+	"github.com/kairos-capi/kairos-capi/common/provider/dryrun"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-bootstrap-cluster-x-k8s-io-v1beta2-kairosconfig,mutating=true,failurePolicy=fail,groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigs,versions=v1beta2,name=default.kairosconfig.bootstrap.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1

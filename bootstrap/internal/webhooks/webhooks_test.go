@@ -15,7 +15,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
-	"github.com/kairos-capi/kairos-capi/bootstrap/dryrun"
+	"github.com/kairos-capi/kairos-capi/common/provider/dryrun"
 	"github.com/kairos-capi/kairos-capi/common/render"
 )
 

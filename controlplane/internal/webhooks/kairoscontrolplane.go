@@ -16,7 +16,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/topology"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
-	"github.com/kairos-capi/kairos-capi/bootstrap/dryrun"
+	"github.com/kairos-capi/kairos-capi/common/provider/dryrun"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 

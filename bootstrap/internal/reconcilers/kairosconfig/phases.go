@@ -21,9 +21,9 @@ import (
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
-	"github.com/kairos-capi/kairos-capi/bootstrap/clustersecret"
-	"github.com/kairos-capi/kairos-capi/bootstrap/internal/userdata"
 	"github.com/kairos-capi/kairos-capi/common/cloudconfig"
+	"github.com/kairos-capi/kairos-capi/common/provider/clustersecret"
+	"github.com/kairos-capi/kairos-capi/common/provider/userdata"
 	"github.com/kairos-capi/kairos-capi/common/render"
 	"github.com/kairos-capi/kairos-capi/common/token"
 )

@@ -21,8 +21,8 @@ import (
 	"sigs.k8s.io/cluster-api/util/collections"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
-	"github.com/kairos-capi/kairos-capi/bootstrap/clustersecret"
 	"github.com/kairos-capi/kairos-capi/common/pki"
+	"github.com/kairos-capi/kairos-capi/common/provider/clustersecret"
 	"github.com/kairos-capi/kairos-capi/common/render"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )

@@ -33,7 +33,7 @@ import (
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
-	"github.com/kairos-capi/kairos-capi/bootstrap/clustersecret"
+	"github.com/kairos-capi/kairos-capi/common/provider/clustersecret"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 

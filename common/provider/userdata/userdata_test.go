@@ -12,9 +12,9 @@ import (
 	"time"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
-	"github.com/kairos-capi/kairos-capi/bootstrap/internal/userdata"
 	"github.com/kairos-capi/kairos-capi/common/cloudconfig"
 	"github.com/kairos-capi/kairos-capi/common/pki"
+	"github.com/kairos-capi/kairos-capi/common/provider/userdata"
 	"github.com/kairos-capi/kairos-capi/common/render"
 	"github.com/kairos-capi/kairos-capi/common/token"
 )

@@ -15,8 +15,8 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
-	"github.com/kairos-capi/kairos-capi/bootstrap/clustersecret"
 	"github.com/kairos-capi/kairos-capi/common/pki"
+	"github.com/kairos-capi/kairos-capi/common/provider/clustersecret"
 	"github.com/kairos-capi/kairos-capi/common/token"
 )
 

@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
-	"github.com/kairos-capi/kairos-capi/bootstrap/internal/userdata"
+	"github.com/kairos-capi/kairos-capi/common/provider/userdata"
 	"github.com/kairos-capi/kairos-capi/common/render"
 )
 

@@ -1,7 +1,8 @@
 // Package userdata turns a KairosConfig spec plus what the cluster provides (endpoint, PKI,
 // join token, referenced Secret contents) into the Kairos document a node receives. The
-// reconciler and the offline preview command both go through it, so a preview shows exactly
-// what the controller writes.
+// bootstrap reconciler, the offline preview command and the admission dry render (package
+// dryrun, which both providers' webhooks run) all go through it, so a preview shows exactly
+// what the controller writes and admission refuses what rendering would refuse.
 package userdata
 
 import (
