@@ -51,6 +51,12 @@ const (
 // the data when it is gone.
 const TokenIDAnnotation = "bootstrap.cluster.x-k8s.io/kairos-token-id"
 
+// ReleaseAnnotation on the bootstrap provider's CRDs names the provider release that installed
+// them (vX.Y.Z). Release builds stamp it; the control-plane provider reads it from the
+// KairosConfig CRD to enforce the version-skew policy. CRDs applied from a source tree carry
+// none: their version is unknown and only the contract is checked.
+const ReleaseAnnotation = "bootstrap.cluster.x-k8s.io/kairos-release"
+
 // KairosConfigSpec defines how a Kairos node is bootstrapped into a Kubernetes cluster.
 type KairosConfigSpec struct {
 	// role of the node: control-plane or worker. Defaults to worker.

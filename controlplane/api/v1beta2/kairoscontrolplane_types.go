@@ -22,6 +22,10 @@ const (
 
 	// RemediationInProgressAnnotation on the KairosControlPlane records an unfinished remediation.
 	RemediationInProgressAnnotation = "controlplane.cluster.x-k8s.io/remediation-in-progress"
+
+	// ReleaseAnnotation on the control-plane provider's CRDs names the provider release that
+	// installed them (vX.Y.Z); release builds stamp it, like bootstrapv1.ReleaseAnnotation.
+	ReleaseAnnotation = "controlplane.cluster.x-k8s.io/kairos-release"
 )
 
 // RolloutStrategyType is the kind of rollout.
