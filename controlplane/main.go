@@ -36,7 +36,7 @@ func main() {
 			if err != nil {
 				return err
 			}
-			return setup.Setup(ctx, mgr, setup.Options{ClusterCache: cc, WatchFilter: o.WatchFilter, KairosControlPlaneConcurrency: concurrency})
+			return setup.Setup(ctx, mgr, setup.Options{ClusterCache: cc, WatchFilter: o.WatchFilter, KairosControlPlaneConcurrency: concurrency, Version: version})
 		},
 	})
 }

@@ -44,6 +44,10 @@ type Options struct {
 	// Client is what the controller reads and writes the management cluster with. Default:
 	// the manager's client (the lifecycle tests count the controller's writes through it).
 	Client client.Client
+	// Version is the control plane's release (vX.Y.Z; the manager binary's, stamped at
+	// release), which the version-skew policy compares with the installed bootstrap provider's.
+	// Empty for builds from a source tree: then only the Cluster API contract is checked.
+	Version string
 }
 
 // Setup registers the provider's controller and webhooks with mgr.
@@ -58,6 +62,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		ClusterCache:     o.ClusterCache,
 		WatchFilterValue: o.WatchFilter,
 		HealthInterval:   o.EtcdHealthInterval,
+		Version:          o.Version,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.KairosControlPlaneConcurrency}); err != nil {
 		return err
 	}

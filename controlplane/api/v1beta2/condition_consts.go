@@ -16,6 +16,10 @@ const (
 	// EtcdClusterHealthyCondition summarizes the etcd members of the control plane, as etcd
 	// itself reports them (see MachineEtcdMemberHealthyCondition).
 	EtcdClusterHealthyCondition = "EtcdClusterHealthy"
+	// BootstrapProviderCompatibleCondition tells whether the installed bootstrap provider (its
+	// KairosConfig CRD) is within the version-skew policy and accepts the KairosConfigs of new
+	// Machines. While it is False no Machine is created, rolled out or remediated.
+	BootstrapProviderCompatibleCondition = "BootstrapProviderCompatible"
 )
 
 // MachineEtcdMemberHealthyCondition is set on every control-plane Machine: whether the etcd
@@ -69,6 +73,10 @@ const (
 	EtcdClusterHealthyReason       = "Healthy"
 	EtcdClusterNotHealthyReason    = "NotHealthy"
 	EtcdClusterHealthUnknownReason = "HealthUnknown"
+
+	BootstrapProviderCompatibleReason    = "Compatible"
+	BootstrapProviderNotCompatibleReason = "NotCompatible"
+	KairosConfigRefusedReason            = "KairosConfigRefused"
 
 	DeletingReason             = "Deleting"
 	NotDeletingReason          = "NotDeleting"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-logr/logr/testr"
 	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,12 +54,14 @@ const (
 
 var (
 	infraGV = schema.GroupVersion{Group: infraGroup, Version: "v1beta2"}
-	crdGVK  = schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"}
 )
 
+// testScheme knows CRDs as typed objects: the fake client would otherwise register their kind
+// for metadata only on the first PartialObjectMetadata read, and later fake clients of the test
+// binary would drop the spec of the CRDs they are given.
 var testScheme = func() *runtime.Scheme {
 	s := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme, controlplanev1.AddToScheme} {
+	for _, add := range []func(*runtime.Scheme) error{corev1.AddToScheme, apiextensionsv1.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme, controlplanev1.AddToScheme} {
 		if err := add(s); err != nil {
 			panic(err)
 		}
@@ -154,7 +157,11 @@ type fixture struct {
 	// noPKI leaves out the cluster certificates (which the fixture adds otherwise).
 	noPKI bool
 	// noCRDs leaves out the infrastructure CRDs.
-	noCRDs      bool
+	noCRDs bool
+	// bootstrapCRD is the installed KairosConfig CRD; default: bootstrapCRDObject("").
+	// noBootstrapCRD leaves it out.
+	bootstrapCRD   *unstructured.Unstructured
+	noBootstrapCRD bool
 	interceptor *interceptor.Funcs
 }
 
@@ -392,6 +399,20 @@ func crdObject(kind string) *unstructured.Unstructured {
 	return u
 }
 
+// bootstrapCRDObject is the KairosConfig CRD as a bootstrap provider release installs it:
+// contract label, v1beta2 served and stored, and the release annotation when release is set.
+func bootstrapCRDObject(release string) *unstructured.Unstructured {
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(crdGVK)
+	u.SetName(kairosConfigCRDName)
+	u.SetLabels(map[string]string{"cluster.x-k8s.io/v1beta2": "v1beta2"})
+	if release != "" {
+		u.SetAnnotations(map[string]string{bootstrapv1.ReleaseAnnotation: release})
+	}
+	_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"name": "v1beta2", "served": true, "storage": true}}, "spec", "versions")
+	return u
+}
+
 func infraTemplate(name, size string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
 	u.SetAPIVersion(infraGV.String())
@@ -450,6 +471,13 @@ func (f *fixture) build() *env {
 	objs := []client.Object{f.cluster, f.kcp, infraTemplate(templateName, "small")}
 	if !f.noCRDs {
 		objs = append(objs, crdObject(templateKind), crdObject(infraKind))
+	}
+	if !f.noBootstrapCRD {
+		crd := f.bootstrapCRD
+		if crd == nil {
+			crd = bootstrapCRDObject("")
+		}
+		objs = append(objs, crd)
 	}
 	for _, m := range f.machines {
 		objs = append(objs, m)

@@ -44,8 +44,8 @@ func machineLabels(s *scope) map[string]string {
 	})
 }
 
-// createMachine creates a control-plane Machine with its infrastructure machine (cloned from
-// the template, whatever its kind) and its KairosConfig. The etcd-member pre-terminate hook is
+// createMachine creates a control-plane Machine with its KairosConfig and its infrastructure
+// machine (cloned from the template, whatever its kind). The etcd-member pre-terminate hook is
 // set from the start, so no Machine can go away without leaving etcd first.
 func (r *Reconciler) createMachine(ctx context.Context, s *scope, failureDomain string, extraAnnotations map[string]string) error {
 	name, err := controlplanev1.MachineName(s.kcp.Spec.MachineNaming.Template, s.cluster.Name, s.kcp.Name, rand.String(5))
@@ -60,11 +60,21 @@ func (r *Reconciler) createMachine(ctx context.Context, s *scope, failureDomain 
 		APIVersion: controlplanev1.GroupVersion.String(), Kind: "KairosControlPlane", Name: s.kcp.Name, UID: s.kcp.UID,
 	}
 
+	// The KairosConfig goes first: it is what a bootstrap provider outside the version-skew
+	// policy refuses, and then nothing else is created and cleaned up again on every retry.
+	config, err := s.newKairosConfig(name, labels, annotations, owner)
+	if err != nil {
+		return err
+	}
+	if err := r.createKairosConfig(ctx, s, config, false); err != nil {
+		return err
+	}
+
 	templateRef := s.kcp.Spec.MachineTemplate.Spec.InfrastructureRef
 	apiVersion, err := apiVersionFor(ctx, r.Client, templateRef.GroupKind())
 	if err != nil {
 		s.infraTemplateErr = err.Error()
-		return err
+		return kerrors.NewAggregate([]error{err, r.cleanup(ctx, config)})
 	}
 	infra, infraRef, err := external.CreateFromTemplate(ctx, &external.CreateFromTemplateInput{
 		Client: r.Client,
@@ -82,18 +92,7 @@ func (r *Reconciler) createMachine(ctx context.Context, s *scope, failureDomain 
 		if apierrors.IsNotFound(err) {
 			s.infraTemplateErr = fmt.Sprintf("%s %s does not exist", templateRef.Kind, templateRef.Name)
 		}
-		return fmt.Errorf("cloning the infrastructure template %s %s: %w", templateRef.Kind, templateRef.Name, err)
-	}
-
-	config := &bootstrapv1.KairosConfig{
-		ObjectMeta: metav1.ObjectMeta{
-			Name: name, Namespace: s.kcp.Namespace, Labels: labels, Annotations: annotations,
-			OwnerReferences: []metav1.OwnerReference{owner},
-		},
-		Spec: *s.desiredConfig(),
-	}
-	if err := r.Client.Create(ctx, config); err != nil {
-		return kerrors.NewAggregate([]error{fmt.Errorf("creating KairosConfig %s: %w", name, err), r.cleanup(ctx, infra)})
+		return kerrors.NewAggregate([]error{fmt.Errorf("cloning the infrastructure template %s %s: %w", templateRef.Kind, templateRef.Name, err), r.cleanup(ctx, config)})
 	}
 
 	machine := &clusterv1.Machine{
@@ -120,6 +119,52 @@ func (r *Reconciler) createMachine(ctx context.Context, s *scope, failureDomain 
 	r.controller.DeferNextReconcileUntilCacheUpToDate(s.kcp, capicontrollerutil.StructuredObject(clusterv1.GroupVersion, "Machine"), machine.ResourceVersion)
 	ctrl.LoggerFrom(ctx).Info("Created control-plane Machine", "Machine", klog.KObj(machine), "failureDomain", failureDomain)
 	return nil
+}
+
+// newKairosConfig builds the KairosConfig of a new Machine, in the API version the installed
+// bootstrap provider serves for the contract. Its spec is what the control plane asks for and no
+// more: the bootstrap provider's own webhook defaults the rest, so a control plane newer than the
+// bootstrap provider never sends a field only its own defaults would set.
+func (s *scope) newKairosConfig(name string, labels, annotations map[string]string, owner metav1.OwnerReference) (*unstructured.Unstructured, error) {
+	config := &bootstrapv1.KairosConfig{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: s.kcp.Namespace, Labels: labels, Annotations: annotations,
+			OwnerReferences: []metav1.OwnerReference{owner},
+		},
+		Spec: *s.requestedConfig(),
+	}
+	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(config)
+	if err != nil {
+		return nil, fmt.Errorf("converting KairosConfig %s: %w", name, err)
+	}
+	u := &unstructured.Unstructured{Object: obj}
+	unstructured.RemoveNestedField(u.Object, "status")
+	unstructured.RemoveNestedField(u.Object, "metadata", "creationTimestamp")
+	u.SetAPIVersion(s.bootstrap.apiVersion)
+	u.SetKind("KairosConfig")
+	return u, nil
+}
+
+// createKairosConfig creates (or, with dryRun, only validates) a KairosConfig under the control
+// plane's field manager with strict field validation: a field the installed CRD does not know
+// is an error, never silently dropped (which would make the Machine look outdated forever). A
+// refusal is recorded for the BootstrapProviderCompatible condition and returns
+// errConfigRefused.
+func (r *Reconciler) createKairosConfig(ctx context.Context, s *scope, config *unstructured.Unstructured, dryRun bool) error {
+	opts := []client.CreateOption{client.FieldOwner(fieldManager), client.FieldValidation(metav1.FieldValidationStrict)}
+	if dryRun {
+		opts = append(opts, client.DryRunAll)
+	}
+	err := r.Client.Create(ctx, config, opts...)
+	if err == nil {
+		return nil
+	}
+	if msg, ok := configRefusal(err, s.bootstrap); ok {
+		s.configRefused = msg
+		ctrl.LoggerFrom(ctx).Info("The bootstrap provider refused a KairosConfig", "KairosConfig", config.GetName(), "reason", err.Error())
+		return errConfigRefused
+	}
+	return fmt.Errorf("creating KairosConfig %s: %w", config.GetName(), err)
 }
 
 // setMutableMachineSpec sets what may change on an existing Machine without replacing it.
@@ -173,7 +218,7 @@ func (r *Reconciler) cleanup(ctx context.Context, objs ...client.Object) error {
 // version first.
 func apiVersionFor(ctx context.Context, c client.Reader, gk schema.GroupKind) (string, error) {
 	crd := &metav1.PartialObjectMetadata{}
-	crd.SetGroupVersionKind(schema.GroupVersionKind{Group: "apiextensions.k8s.io", Version: "v1", Kind: "CustomResourceDefinition"})
+	crd.SetGroupVersionKind(crdGVK)
 	if err := c.Get(ctx, client.ObjectKey{Name: contract.CalculateCRDName(gk.Group, gk.Kind)}, crd); err != nil {
 		return "", fmt.Errorf("reading the CRD of %s: %w", gk, err)
 	}
@@ -186,10 +231,11 @@ func apiVersionFor(ctx context.Context, c client.Reader, gk schema.GroupKind) (s
 	return "", fmt.Errorf("the CRD of %s has no %s/v1beta2 or /v1beta1 contract label: is its provider compatible with Cluster API v1.14?", gk, clusterv1.GroupVersion.Group)
 }
 
-// machineFieldManager owns, through server-side apply, everything the control plane sets on
-// its Machines: labels and annotations removed from spec.machineTemplate.metadata then leave the
-// Machines too, and nobody else's labels are touched.
-const machineFieldManager = "kairos-controlplane"
+// fieldManager owns, through server-side apply, everything the control plane sets on its
+// Machines: labels and annotations removed from spec.machineTemplate.metadata then leave the
+// Machines too, and nobody else's labels are touched. KairosConfigs are created under the same
+// name, so that their managedFields say which fields the control plane set (see ownedFields).
+const fieldManager = "kairos-controlplane"
 
 // applyMachine creates or updates a Machine with server-side apply and reads back its
 // resourceVersion.
@@ -205,7 +251,7 @@ func (r *Reconciler) applyMachine(ctx context.Context, m *clusterv1.Machine) err
 	for _, f := range []string{"creationTimestamp", "resourceVersion", "uid", "managedFields", "generation"} {
 		unstructured.RemoveNestedField(u.Object, "metadata", f)
 	}
-	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(machineFieldManager), client.ForceOwnership); err != nil {
+	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
 		return err
 	}
 	m.ResourceVersion = u.GetResourceVersion()
@@ -243,7 +289,7 @@ func desiredMachine(s *scope, m *clusterv1.Machine) *clusterv1.Machine {
 // annotation is missing, differs, or was applied before and is no longer wanted, or a mutable
 // spec field differs. Nothing is sent otherwise.
 func machineNeedsApply(m, desired *clusterv1.Machine) bool {
-	ownedLabels, ownedAnnotations := ownedMetadataKeys(m, machineFieldManager)
+	ownedLabels, ownedAnnotations := ownedMetadataKeys(m, fieldManager)
 	if !containsAllOf(m.Labels, desired.Labels) || !containsAllOf(m.Annotations, desired.Annotations) ||
 		!isSubset(ownedLabels, desired.Labels) || !isSubset(ownedAnnotations, desired.Annotations) {
 		return true

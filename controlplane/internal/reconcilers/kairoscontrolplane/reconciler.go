@@ -73,6 +73,14 @@ type Reconciler struct {
 	etcdDialers etcdDialerFactory
 	// applied remembers the Machine states already applied.
 	applied appliedStates
+	// owned remembers which fields of each KairosConfig the control plane set.
+	owned ownedSpecs
+	// bootstrapCRD remembers the installed KairosConfig CRD.
+	bootstrapCRD bootstrapProviderCache
+
+	// Version is this control plane's release (vX.Y.Z), which the version-skew policy compares
+	// with the installed bootstrap provider's; empty or "dev" for builds from a source tree.
+	Version string
 }
 
 // joiningRequeue is how soon a control plane whose etcd waits for a joining member is looked at
@@ -209,7 +217,8 @@ func (r *Reconciler) newScope(ctx context.Context, kcp *controlplanev1.KairosCon
 		return nil, fmt.Errorf("listing control-plane Machines: %w", err)
 	}
 	s := &scope{kcp: kcp, cluster: cluster, machines: machines, reconcileTime: time.Now(),
-		configs: map[string]*bootstrapv1.KairosConfig{}, infraMachines: map[string]*unstructured.Unstructured{}}
+		configs: map[string]*bootstrapv1.KairosConfig{}, ownedConfigs: map[string]*bootstrapv1.KairosConfigSpec{},
+		infraMachines: map[string]*unstructured.Unstructured{}}
 	for _, m := range machines {
 		ref := m.Spec.Bootstrap.ConfigRef
 		if ref.Kind != "KairosConfig" {
@@ -223,6 +232,13 @@ func (r *Reconciler) newScope(ctx context.Context, kcp *controlplanev1.KairosCon
 			return nil, fmt.Errorf("reading KairosConfig of Machine %s: %w", m.Name, err)
 		}
 		s.configs[m.Name] = config
+		owned, err := r.ownedConfigSpec(ctx, config)
+		if err != nil {
+			return nil, err
+		}
+		if owned != nil {
+			s.ownedConfigs[m.Name] = owned
+		}
 	}
 	for _, m := range machines {
 		infra, err := r.infraMachine(ctx, m)
@@ -235,6 +251,11 @@ func (r *Reconciler) newScope(ctx context.Context, kcp *controlplanev1.KairosCon
 	}
 	if err := r.loadBaseConfig(ctx, s); err != nil {
 		return nil, err
+	}
+	if kcp.DeletionTimestamp.IsZero() {
+		if s.bootstrap, err = r.loadBootstrapProvider(ctx); err != nil {
+			return nil, err
+		}
 	}
 	if s.initialized() && machines.Len() > 0 && cluster.DeletionTimestamp.IsZero() && kcp.DeletionTimestamp.IsZero() {
 		s.etcd = r.observeEtcd(ctx, s)

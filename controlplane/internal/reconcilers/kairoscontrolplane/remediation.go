@@ -106,6 +106,16 @@ func (r *Reconciler) reconcileRemediation(ctx context.Context, s *scope) (ctrl.R
 		}
 	}
 
+	// The replacement is created by the scale-up that follows: remove nothing that could not be
+	// replaced.
+	if problem, err := r.replacementProblem(ctx, s); err != nil || problem != "" {
+		if err != nil {
+			return ctrl.Result{}, err
+		}
+		return ctrl.Result{RequeueAfter: bootstrapRecheck}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationDeferredReason,
+			fmt.Sprintf("not remediating Machine %s, its replacement could not be created: %s", m.Name, problem))
+	}
+
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return ctrl.Result{}, err

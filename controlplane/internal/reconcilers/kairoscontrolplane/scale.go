@@ -2,9 +2,12 @@ package kairoscontrolplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
+	"time"
 
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -71,6 +74,11 @@ func (r *Reconciler) scaleUp(ctx context.Context, s *scope) (ctrl.Result, error)
 		s.halt("%s", s.configTemplateErr)
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
+	if !s.bootstrap.compatible() {
+		// No watch covers CRDs: an upgrade of the bootstrap provider is seen within this time.
+		s.halt("creating no Machine: %s", s.bootstrap.problem)
+		return ctrl.Result{RequeueAfter: bootstrapRecheck}, nil
+	}
 	if s.machines.Len() > 0 {
 		problems := s.preflightProblems(nil)
 		if _, ok := s.kcp.Annotations[controlplanev1.RemediationInProgressAnnotation]; ok && len(problems) > 0 {
@@ -89,6 +97,10 @@ func (r *Reconciler) scaleUp(ctx context.Context, s *scope) (ctrl.Result, error)
 		extra = map[string]string{controlplanev1.RemediationForAnnotation: data}
 	}
 	if err := r.createMachine(ctx, s, fd, extra); err != nil {
+		if errors.Is(err, errConfigRefused) {
+			s.halt("creating no Machine: %s", s.configRefused)
+			return ctrl.Result{RequeueAfter: bootstrapRecheck}, nil
+		}
 		return ctrl.Result{}, err
 	}
 	// The replacement exists: the remediation that asked for it is complete.
@@ -111,12 +123,54 @@ func (r *Reconciler) scaleDown(ctx context.Context, s *scope, outdated collectio
 	if r.preflightFailed(ctx, s, s.preflightProblems(victim)) {
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
+	if outdated.Len() > 0 {
+		// A rollout without surge removes a Machine before creating its replacement: only when
+		// the replacement can be created.
+		if problem, err := r.replacementProblem(ctx, s); err != nil || problem != "" {
+			if problem != "" {
+				s.halt("not removing Machine %s for a rollout, its replacement could not be created: %s", victim.Name, problem)
+			}
+			return ctrl.Result{RequeueAfter: bootstrapRecheck}, err
+		}
+	}
 	if err := r.deleteMachine(ctx, s, victim); err != nil {
 		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Deleting control-plane Machine", "Machine", klog.KObj(victim))
 	s.halt("deleting Machine %s", victim.Name)
 	return ctrl.Result{}, nil
+}
+
+// bootstrapRecheck is how soon the control plane looks again at a bootstrap provider that is
+// outside the version-skew policy or refused a KairosConfig: an upgrade of it changes only CRDs
+// and Deployments, which the control plane does not watch.
+const bootstrapRecheck = 30 * time.Second
+
+// replacementProblem says why a Machine removed now could not be replaced (the bootstrap
+// provider is outside the policy, or refuses the KairosConfig, as a dry run of its creation
+// shows), or "" when it could.
+func (r *Reconciler) replacementProblem(ctx context.Context, s *scope) (string, error) {
+	switch {
+	case s.baseConfig == nil:
+		return s.configTemplateErr, nil
+	case !s.bootstrap.compatible():
+		return s.bootstrap.problem, nil
+	}
+	name, err := controlplanev1.MachineName(s.kcp.Spec.MachineNaming.Template, s.cluster.Name, s.kcp.Name, rand.String(5))
+	if err != nil {
+		return "", fmt.Errorf("spec.machineNaming.template %s", err)
+	}
+	config, err := s.newKairosConfig(name, machineLabels(s), s.kcp.Spec.MachineTemplate.ObjectMeta.Annotations, s.ownerRef())
+	if err != nil {
+		return "", err
+	}
+	if err := r.createKairosConfig(ctx, s, config, true); err != nil {
+		if errors.Is(err, errConfigRefused) {
+			return s.configRefused, nil
+		}
+		return "", err
+	}
+	return "", nil
 }
 
 func (s *scope) pickMachineToDelete(ctx context.Context, outdated collections.Machines) *clusterv1.Machine {

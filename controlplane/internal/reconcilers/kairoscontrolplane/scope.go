@@ -33,9 +33,17 @@ type scope struct {
 	configs map[string]*bootstrapv1.KairosConfig
 	// infraMachines are the infrastructure machines of those Machines, by Machine name.
 	infraMachines map[string]*unstructured.Unstructured
+	// ownedConfigs are, by Machine name, the parts of the KairosConfig specs the control plane
+	// set itself (see ownedFields); absent for KairosConfigs whose managedFields do not say.
+	ownedConfigs map[string]*bootstrapv1.KairosConfigSpec
 	// baseConfig is the KairosConfig spec the Machines are built from: the inline spec or the
 	// referenced template's; nil while the template cannot be read.
 	baseConfig *bootstrapv1.KairosConfigSpec
+	// bootstrap is the installed bootstrap provider as its KairosConfig CRD describes it; nil
+	// while the control plane is being deleted (it creates nothing then).
+	bootstrap *bootstrapProvider
+	// configRefused says why the API server refused the KairosConfig of a new Machine.
+	configRefused string
 
 	// etcd is what etcd itself said about its members, asked once per reconciliation once the
 	// control plane is initialized; nil before.
@@ -99,12 +107,27 @@ func (s *scope) activeMachines() collections.Machines {
 	return s.machines.Filter(collections.ActiveMachines)
 }
 
-// desiredConfig is the KairosConfig spec a new Machine gets.
-func (s *scope) desiredConfig() *bootstrapv1.KairosConfigSpec {
+// requestedConfig is the KairosConfig spec the control plane asks for a new Machine: the base
+// spec and the fields the control plane owns (role, distribution, single-node mode), without
+// defaults, which the installed bootstrap provider's webhook applies.
+func (s *scope) requestedConfig() *bootstrapv1.KairosConfigSpec {
 	if s.baseConfig == nil {
 		return nil
 	}
-	return controlplanev1.MachineKairosConfigSpec(s.baseConfig, s.kcp.Spec.Distribution, s.desiredReplicas() == 1)
+	spec := s.baseConfig.DeepCopy()
+	spec.Role = bootstrapv1.RoleControlPlane
+	spec.Distribution = s.kcp.Spec.Distribution
+	spec.SingleNode = s.desiredReplicas() == 1
+	return spec
+}
+
+// desiredConfig is the requested spec with defaults applied, what Machines are compared with.
+func (s *scope) desiredConfig() *bootstrapv1.KairosConfigSpec {
+	spec := s.requestedConfig()
+	if spec != nil {
+		spec.Default()
+	}
+	return spec
 }
 
 // upToDate says whether a Machine matches the spec, and if not, why. It is computed once per
@@ -140,7 +163,14 @@ func (s *scope) compareWithSpec(m *clusterv1.Machine) []string {
 		}
 	}
 	if config, ok := s.configs[m.Name]; ok && s.baseConfig != nil {
+		// Only what the control plane asked for counts: defaults of the installed bootstrap
+		// provider, and fields this control plane does not know, are no reason to roll out.
+		// Both sides get this control plane's defaults, so that a release that only adds
+		// defaults changes nothing either.
 		have := config.Spec.DeepCopy()
+		if owned, ok := s.ownedConfigs[m.Name]; ok {
+			have = owned.DeepCopy()
+		}
 		have.Default()
 		want := s.desiredConfig()
 		have.SingleNode, want.SingleNode = false, false

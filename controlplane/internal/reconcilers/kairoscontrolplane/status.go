@@ -25,6 +25,7 @@ func updateStatus(ctx context.Context, s *scope) {
 	setReplicas(s)
 	setInitializedCondition(s)
 	setCertificatesAvailableCondition(s)
+	setBootstrapProviderCompatibleCondition(s)
 	setMachinesReadyCondition(ctx, s)
 	setMachinesUpToDateCondition(ctx, s)
 	setRollingOutCondition(s)
@@ -68,6 +69,24 @@ func setCertificatesAvailableCondition(s *scope) {
 		// The error may name Secrets and keys; its details go to the log only.
 		c = metav1.Condition{Type: controlplanev1.CertificatesAvailableCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.CertificatesInternalErrorReason,
 			Message: "cannot create or read the cluster certificates; see the controller logs"}
+	}
+	conditions.Set(s.kcp, c)
+}
+
+// setBootstrapProviderCompatibleCondition reports whether new Machines can get their KairosConfig:
+// the installed bootstrap provider is within the version-skew policy and accepted the last
+// KairosConfig the control plane created.
+func setBootstrapProviderCompatibleCondition(s *scope) {
+	c := metav1.Condition{Type: controlplanev1.BootstrapProviderCompatibleCondition}
+	switch {
+	case s.bootstrap == nil:
+		return // not evaluated (the control plane is being deleted)
+	case s.bootstrap.problem != "":
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, controlplanev1.BootstrapProviderNotCompatibleReason, s.bootstrap.problem
+	case s.configRefused != "":
+		c.Status, c.Reason, c.Message = metav1.ConditionFalse, controlplanev1.KairosConfigRefusedReason, s.configRefused
+	default:
+		c.Status, c.Reason, c.Message = metav1.ConditionTrue, controlplanev1.BootstrapProviderCompatibleReason, s.bootstrap.summary()
 	}
 	conditions.Set(s.kcp, c)
 }

@@ -390,3 +390,36 @@ func TestAvailableWhileAMemberJoins(t *testing.T) {
 		t.Errorf("RequeueAfter = %s, want %s while a member joins", res.RequeueAfter, joiningRequeue)
 	}
 }
+
+func TestSetBootstrapProviderCompatibleCondition(t *testing.T) {
+	compatible := &bootstrapProvider{apiVersion: "bootstrap.cluster.x-k8s.io/v1beta2", release: "v0.1.0",
+		contractVersions: []string{"v1beta2"}, served: []string{"v1beta2"}, storage: "v1beta2"}
+	for _, tc := range []struct {
+		name                  string
+		bootstrap             *bootstrapProvider
+		refused               string
+		wantSet               bool
+		wantStatus            metav1.ConditionStatus
+		wantReason, wantInMsg string
+	}{
+		{name: "not evaluated (deleting): left as it was", bootstrap: nil},
+		{name: "compatible", bootstrap: compatible, wantSet: true, wantStatus: metav1.ConditionTrue, wantReason: controlplanev1.BootstrapProviderCompatibleReason,
+			wantInMsg: "bootstrap provider v0.1.0: KairosConfig CRD for contract v1beta2 v1beta2, served v1beta2, storage v1beta2"},
+		{name: "outside the policy", bootstrap: &bootstrapProvider{problem: "bootstrap provider v0.9.0 is outside the version-skew policy"}, refused: "ignored",
+			wantSet: true, wantStatus: metav1.ConditionFalse, wantReason: controlplanev1.BootstrapProviderNotCompatibleReason, wantInMsg: "outside the version-skew policy"},
+		{name: "a KairosConfig was refused", bootstrap: compatible, refused: "the installed bootstrap provider v0.1.0 refused the KairosConfig",
+			wantSet: true, wantStatus: metav1.ConditionFalse, wantReason: controlplanev1.KairosConfigRefusedReason, wantInMsg: "refused the KairosConfig"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &scope{kcp: &controlplanev1.KairosControlPlane{}, bootstrap: tc.bootstrap, configRefused: tc.refused}
+			setBootstrapProviderCompatibleCondition(s)
+			if !tc.wantSet {
+				if c := conditions.Get(s.kcp, controlplanev1.BootstrapProviderCompatibleCondition); c != nil {
+					t.Errorf("condition set: %+v", c)
+				}
+				return
+			}
+			assertCondition(t, s.kcp, controlplanev1.BootstrapProviderCompatibleCondition, tc.wantStatus, tc.wantReason, tc.wantInMsg)
+		})
+	}
+}
