@@ -44,8 +44,12 @@ func TestReleaseSkewProblem(t *testing.T) {
 }
 
 func TestEvaluateBootstrapProvider(t *testing.T) {
-	v := func(name string, served, storage bool) crdVersion { return crdVersion{name: name, served: served, storage: storage} }
-	contract := func(versions string) map[string]string { return map[string]string{"cluster.x-k8s.io/v1beta2": versions} }
+	v := func(name string, served, storage bool) crdVersion {
+		return crdVersion{name: name, served: served, storage: storage}
+	}
+	contract := func(versions string) map[string]string {
+		return map[string]string{"cluster.x-k8s.io/v1beta2": versions}
+	}
 	for _, tc := range []struct {
 		name           string
 		crd            kairosConfigCRD

@@ -162,7 +162,7 @@ type fixture struct {
 	// noBootstrapCRD leaves it out.
 	bootstrapCRD   *unstructured.Unstructured
 	noBootstrapCRD bool
-	interceptor *interceptor.Funcs
+	interceptor    *interceptor.Funcs
 }
 
 func newFixture(t *testing.T) *fixture {
