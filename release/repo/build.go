@@ -29,6 +29,9 @@ type Options struct {
 	Version string
 	// ImageRepository overrides the provider's default manager image repository.
 	ImageRepository string
+	// Metadata, when set, is the release series file to use instead of the provider's
+	// MetadataFile: tests build releases of series that were never published.
+	Metadata []byte
 }
 
 // Release is a built and checked release, not yet written.
@@ -70,9 +73,11 @@ func Build(opts Options) (*Release, error) {
 		return nil, fail()
 	}
 
-	mdData, err := os.ReadFile(filepath.Join(opts.Root, p.MetadataFile))
-	if err != nil {
-		return nil, fmt.Errorf("reading the release series of %s: %w", p.Name, err)
+	mdData := opts.Metadata
+	if mdData == nil {
+		if mdData, err = os.ReadFile(filepath.Join(opts.Root, p.MetadataFile)); err != nil {
+			return nil, fmt.Errorf("reading the release series of %s: %w", p.Name, err)
+		}
 	}
 	md, vs := LoadMetadata(p.MetadataFile, mdData)
 	out = append(out, vs...)

@@ -21,13 +21,13 @@ import (
 	"github.com/kairos-capi/kairos-capi/release/repo"
 )
 
-// TestInit installs Cluster API and both Kairos providers at v0.1.0 with clusterctl init and
+// TestInit installs Cluster API and both Kairos providers of this tree (v0.2.0) with clusterctl init and
 // checks what clusterctl recorded and created: the inventory, our CRDs with the contract and
 // clusterctl labels, and for each provider a Deployment whose ServiceAccount, RBAC, webhook
 // Service, webhook configurations and serving certificate are wired to each other.
 func TestInit(t *testing.T) {
 	m := startManagement(t, "management")
-	components := m.init(t, m.initOptions(oldVersion, false))
+	components := m.init(t, m.initOptions(newVersion, false))
 	if len(components) != 3 {
 		t.Errorf("clusterctl init installed %d components, want 3", len(components))
 	}
@@ -36,8 +36,8 @@ func TestInit(t *testing.T) {
 		got := m.providers(t)
 		want := []clusterctlv1.Provider{
 			{ProviderName: "cluster-api", Type: string(clusterctlv1.CoreProviderType), Version: m.Repos.CoreVersion},
-			{ProviderName: providerName, Type: string(bootstrapProvider.Type), Version: oldVersion},
-			{ProviderName: providerName, Type: string(controlPlaneProvider.Type), Version: oldVersion},
+			{ProviderName: providerName, Type: string(bootstrapProvider.Type), Version: newVersion},
+			{ProviderName: providerName, Type: string(controlPlaneProvider.Type), Version: newVersion},
 		}
 		want[0].Name, want[0].Namespace = "cluster-api", coreNamespace
 		want[1].Name, want[1].Namespace = bootstrapProvider.Label, bootstrapProvider.Namespace
@@ -65,7 +65,7 @@ func TestInit(t *testing.T) {
 	})
 
 	for _, p := range []providerSpec{bootstrapProvider, controlPlaneProvider} {
-		t.Run(p.Name, func(t *testing.T) { checkInstalledProvider(t, m, p, oldVersion) })
+		t.Run(p.Name, func(t *testing.T) { checkInstalledProvider(t, m, p, newVersion) })
 	}
 }
 

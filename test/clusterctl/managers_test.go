@@ -12,7 +12,6 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -31,24 +30,6 @@ import (
 
 	"github.com/kairos-capi/kairos-capi/test/clusterctlrepo"
 	"github.com/kairos-capi/kairos-capi/test/framework"
-)
-
-var (
-	binDir   string
-	binaries = sync.OnceValues(func() (map[string]string, error) {
-		dir, err := os.MkdirTemp("", "kairos-clusterctl-bin-")
-		if err != nil {
-			return nil, err
-		}
-		binDir = dir
-		out := map[string]string{}
-		for _, p := range []providerSpec{bootstrapProvider, controlPlaneProvider} {
-			if out[p.Name], err = framework.BuildBinary("./"+p.Name, dir, p.Name+"-manager"); err != nil {
-				return nil, err
-			}
-		}
-		return out, nil
-	})
 )
 
 // managerProcess is a provider manager running as a local process in place of the Deployment
@@ -76,11 +57,13 @@ func (m *management) startManager(t *testing.T, p providerSpec) *managerProcess 
 // until owner ends.
 func (m *management) startManagerUntil(t *testing.T, owner *testing.T, p providerSpec) *managerProcess {
 	t.Helper()
-	bins, err := binaries()
+	ctx := context.Background()
+	// The binary of the version clusterctl installed, as a Deployment runs its image.
+	version := m.providers(t)[p.Namespace+"/"+p.Label].Version
+	bin, err := managerBinary(p, version)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx := context.Background()
 
 	deployments := &appsv1.DeploymentList{}
 	if err := m.Client.List(ctx, deployments, client.InNamespace(p.Namespace), client.MatchingLabels{clusterv1.ProviderNameLabel: p.Label}); err != nil {
@@ -151,7 +134,7 @@ func (m *management) startManagerUntil(t *testing.T, owner *testing.T, p provide
 		}
 		logPath = filepath.Join(m.dir, fmt.Sprintf("%s.%d.log", p.Name, i))
 	}
-	proc, err := framework.StartProcess(m.Name+"/"+p.Name, logPath, env, bins[p.Name], args...)
+	proc, err := framework.StartProcess(m.Name+"/"+p.Name, logPath, env, bin, args...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,7 +160,7 @@ func (m *management) startManagerUntil(t *testing.T, owner *testing.T, p provide
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
-	t.Logf("%s: %s manager running as %s (args %s)", m.Name, p.Name, user, strings.Join(container.Args, " "))
+	t.Logf("%s: %s manager %s running as %s (args %s)", m.Name, p.Name, version, user, strings.Join(container.Args, " "))
 	return mp
 }
 

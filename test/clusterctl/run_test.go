@@ -31,7 +31,7 @@ import (
 // the test: the shipped RBAC must be enough.
 func TestInstalledProvidersRun(t *testing.T) {
 	m := startManagement(t, "management")
-	m.init(t, m.initOptions(oldVersion, true))
+	m.init(t, m.initOptions(newVersion, true))
 	m.serveCoreWebhooks(t)
 	bootstrap := m.startManager(t, bootstrapProvider)
 	controlPlane := m.startManager(t, controlPlaneProvider)

@@ -26,14 +26,15 @@ func FreePort() (int, error) {
 }
 
 // BuildBinary builds a main package of the workspace (pkg is relative to the repository root,
-// e.g. "./bootstrap") into dir/name and returns the binary's path.
-func BuildBinary(pkg, dir, name string) (string, error) {
+// e.g. "./bootstrap") into dir/name, with extra go build flags (such as the -ldflags of a
+// release build), and returns the binary's path.
+func BuildBinary(pkg, dir, name string, flags ...string) (string, error) {
 	root, err := RepoRoot()
 	if err != nil {
 		return "", err
 	}
 	out := filepath.Join(dir, name)
-	cmd := exec.Command("go", "build", "-o", out, pkg)
+	cmd := exec.Command("go", append(append([]string{"build", "-o", out}, flags...), pkg)...)
 	cmd.Dir = root
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr

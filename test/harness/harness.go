@@ -124,6 +124,9 @@ type Options struct {
 	// runs the manager against it, serving webhooks where Env's webhook options say, and Stop
 	// leaves it running.
 	Env *framework.Environment
+	// NoBootstrapProvider leaves the Kairos bootstrap provider out of the manager: it runs
+	// elsewhere (as a process of a given release, in the mixed-version test).
+	NoBootstrapProvider bool
 }
 
 // Harness is a running management cluster with Cluster API, the bootstrap provider and the
@@ -603,12 +606,14 @@ func (h *Harness) newManager(ctx context.Context) (_ ctrl.Manager, _ clustercach
 		}
 	}
 
-	if err := bootstrapsetup.Setup(ctx, mgr, bootstrapsetup.Options{
-		ClusterCache:            cc,
-		TokenTTL:                h.opts.BootstrapTokenTTL,
-		KairosConfigConcurrency: 4,
-	}); err != nil {
-		return nil, nil, fmt.Errorf("bootstrap provider: %w", err)
+	if !h.opts.NoBootstrapProvider {
+		if err := bootstrapsetup.Setup(ctx, mgr, bootstrapsetup.Options{
+			ClusterCache:            cc,
+			TokenTTL:                h.opts.BootstrapTokenTTL,
+			KairosConfigConcurrency: 4,
+		}); err != nil {
+			return nil, nil, fmt.Errorf("bootstrap provider: %w", err)
+		}
 	}
 	if err := infracontrollers.Setup(ctx, mgr, infracontrollers.Options{Registry: h.Registry}); err != nil {
 		return nil, nil, fmt.Errorf("simulation infrastructure provider: %w", err)
