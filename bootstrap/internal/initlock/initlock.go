@@ -6,6 +6,7 @@ package initlock
 import (
 	"context"
 	"fmt"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -24,6 +25,11 @@ const holderKey = "machine"
 type Lock struct {
 	Client client.Client
 	Reader client.Reader
+
+	// released remembers the Clusters (by UID) whose lock is known to be gone: a Cluster's
+	// control plane is initialized once, so its lock never comes back, and every node
+	// bootstrapped afterwards would otherwise cost a read answered 404.
+	released sync.Map
 }
 
 // Name is the name of a Cluster's lock ConfigMap.
@@ -74,20 +80,25 @@ func (l *Lock) Holder(ctx context.Context, cluster *clusterv1.Cluster) (string, 
 	return cm.Data[holderKey], nil
 }
 
-// Release removes the lock once the cluster is initialized.
+// Release removes the lock once the cluster is initialized. Every node bootstrapped after the
+// control plane came up releases it: only the first call per Cluster and process reads (and,
+// when the lock is still there, deletes) it.
 func (l *Lock) Release(ctx context.Context, cluster *clusterv1.Cluster) error {
+	if _, done := l.released.Load(cluster.UID); done {
+		return nil
+	}
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: cluster.Namespace, Name: Name(cluster)}}
-	// Every node bootstrapped after the control plane came up releases the lock: reading
-	// first keeps that from costing a write (a DELETE answered 404) per node.
-	if err := l.Reader.Get(ctx, client.ObjectKeyFromObject(cm), cm); err != nil {
-		if apierrors.IsNotFound(err) {
-			return nil
-		}
+	err := l.Reader.Get(ctx, client.ObjectKeyFromObject(cm), cm)
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
 		return fmt.Errorf("reading init lock: %w", err)
+	default:
+		if err := l.Client.Delete(ctx, cm); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("releasing init lock: %w", err)
+		}
 	}
-	if err := l.Client.Delete(ctx, cm); err != nil && !apierrors.IsNotFound(err) {
-		return fmt.Errorf("releasing init lock: %w", err)
-	}
+	l.released.Store(cluster.UID, struct{}{})
 	return nil
 }
 

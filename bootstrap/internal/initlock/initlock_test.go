@@ -231,18 +231,27 @@ func TestErrors(t *testing.T) {
 }
 
 // TestReleaseWithoutALockWritesNothing: every node bootstrapped after the control plane came
-// up releases the lock; when there is none, that costs no write.
+// up releases the lock; when there is none, that costs no write, and once a Cluster's lock is
+// known to be gone, no request at all.
 func TestReleaseWithoutALockWritesNothing(t *testing.T) {
-	deletes := 0
-	l, _ := newLock(t, &interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-		deletes++
-		return c.Delete(ctx, obj, opts...)
-	}})
-	if err := l.Release(context.Background(), testCluster); err != nil {
-		t.Fatal(err)
+	deletes, gets := 0, 0
+	l, _ := newLock(t, &interceptor.Funcs{
+		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+			deletes++
+			return c.Delete(ctx, obj, opts...)
+		},
+		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
+			gets++
+			return c.Get(ctx, key, obj, opts...)
+		},
+	})
+	for range 3 {
+		if err := l.Release(context.Background(), testCluster); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if deletes != 0 {
-		t.Errorf("%d DELETEs without a lock, want 0", deletes)
+	if deletes != 0 || gets != 1 {
+		t.Errorf("%d DELETEs and %d GETs for three releases without a lock, want none and one", deletes, gets)
 	}
 }
 

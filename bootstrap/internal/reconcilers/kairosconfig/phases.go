@@ -33,11 +33,11 @@ import (
 func (r *Reconciler) reconcileExistingData(ctx context.Context, s *scope) (ctrl.Result, error) {
 	key := client.ObjectKey{Namespace: s.config.Namespace, Name: s.config.Name}
 	secret := &corev1.Secret{}
+	// Read from the cache only. A Secret created moments ago that the cache has not seen yet is
+	// caught where the data is stored: the create is answered AlreadyExists and the next
+	// reconcile takes that Secret. Asking the API server here would cost every new config an
+	// uncached read answered 404.
 	err := r.Client.Get(ctx, key, secret)
-	if apierrors.IsNotFound(err) {
-		// The cache may not have caught up with a Secret created moments ago.
-		err = r.APIReader.Get(ctx, key, secret)
-	}
 	switch {
 	case err == nil:
 		if err := r.adoptDataSecret(ctx, s, secret); err != nil {
@@ -122,8 +122,7 @@ func (r *Reconciler) refreshJoinToken(ctx context.Context, s *scope, secret *cor
 		return ctrl.Result{RequeueAfter: notConnectedRequeue}, nil
 	case err == nil:
 		log.V(4).Info("Join token valid", "until", valid)
-		s.joinToken = joinTokenCondition(metav1.ConditionTrue, bootstrapv1.JoinTokenValidReason,
-			"bootstrap token %s is valid until %s and refreshed while a node may join with it", id, valid.UTC().Format(time.RFC3339))
+		s.joinToken = validJoinTokenCondition(id, valid)
 		return ctrl.Result{RequeueAfter: r.tokenRefreshInterval()}, nil
 	case !apierrors.IsNotFound(err):
 		log.Info("Could not refresh the join token, retrying", "reason", err.Error())
@@ -150,6 +149,14 @@ func (r *Reconciler) refreshJoinToken(ctx context.Context, s *scope, secret *cor
 		"bootstrap token %s no longer existed in the workload cluster (expired or deleted) and was re-created from the bootstrap data at %s; valid until %s",
 		id, r.Now().UTC().Format(time.RFC3339), expires.UTC().Format(time.RFC3339))
 	return ctrl.Result{RequeueAfter: r.tokenRefreshInterval()}, nil
+}
+
+// validJoinTokenCondition says a generated token is valid until its expiration. The token's
+// creation and every later look at it say it in the same words, so that a reconcile that finds
+// the token as it was created has no condition to patch.
+func validJoinTokenCondition(id string, until time.Time) *metav1.Condition {
+	return joinTokenCondition(metav1.ConditionTrue, bootstrapv1.JoinTokenValidReason,
+		"bootstrap token %s is valid until %s and refreshed while a node may join with it", id, until.UTC().Format(time.RFC3339))
 }
 
 func joinTokenCondition(status metav1.ConditionStatus, reason, format string, args ...any) *metav1.Condition {
@@ -430,12 +437,13 @@ func (r *Reconciler) reconcileDataSecret(ctx context.Context, s *scope) (ctrl.Re
 		s.wait(bootstrapv1.DataSecretCreationFailedReason, "creating the bootstrap data Secret failed, retrying")
 		return ctrl.Result{}, fmt.Errorf("creating bootstrap data Secret: %w", err)
 	} else if err != nil {
-		// Someone created it since reconcileExistingData read (API reader included): take that
-		// one on the next reconcile instead of registering a token it does not hold.
+		// It exists (created since the cache was filled, or before this manager started): take
+		// that one on the next reconcile instead of registering a token it does not hold.
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
 	if pt != nil {
-		if err := r.Tokens.Create(ctx, s.clusterKey(), pt.token, pt.role, r.tokenExpiry()); err != nil && !apierrors.IsAlreadyExists(err) {
+		expires := r.tokenExpiry()
+		if err := r.Tokens.Create(ctx, s.clusterKey(), pt.token, pt.role, expires); err != nil && !apierrors.IsAlreadyExists(err) {
 			// The data is not published until its token exists: the next reconcile finds the
 			// data and re-creates the token from it.
 			s.wait(bootstrapv1.WaitingForJoinTokenReason, "%s", describeTokenErr(err))
@@ -443,15 +451,16 @@ func (r *Reconciler) reconcileDataSecret(ctx context.Context, s *scope) (ctrl.Re
 		}
 		ctrl.LoggerFrom(ctx).Info("Created join token in the workload cluster", "role", pt.role, "tokenID", pt.token.ID)
 		s.tokenID = pt.token.ID
-		s.joinToken = joinTokenCondition(metav1.ConditionTrue, bootstrapv1.JoinTokenValidReason,
-			"bootstrap token %s created, valid until %s and refreshed while a node may join with it", pt.token.ID, r.tokenExpiry().UTC().Format(time.RFC3339))
+		s.joinToken = validJoinTokenCondition(pt.token.ID, expires)
 	}
 	ctrl.LoggerFrom(ctx).Info("Created bootstrap data", "Secret", klog.KObj(secret), "init", s.inputs.Init)
 	s.dataSecretName = secret.Name
+	// What the next reconcile would report about the Node goes into this one's status patch.
+	res := r.reconcileNodeProviderID(ctx, s)
 	if s.tokenID != "" {
-		return ctrl.Result{RequeueAfter: r.tokenRefreshInterval()}, nil
+		res = util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: r.tokenRefreshInterval()})
 	}
-	return ctrl.Result{}, nil
+	return res, nil
 }
 
 // controlPlaneInitialized reads the Cluster's initialization: from a control-plane provider's

@@ -7,9 +7,11 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
@@ -27,8 +29,8 @@ import (
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/feature"
 	"sigs.k8s.io/cluster-api/util"
+	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
-	"sigs.k8s.io/cluster-api/util/patch"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 
@@ -137,7 +139,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		// Data Secrets, cluster certificates and k3s tokens carry the cluster-name label, so the
 		// label-selected cache sees them. They carry no watch-filter label: the mapping filters
 		// the KairosConfigs instead.
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToConfigs))
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToConfigs), builder.WithPredicates(dataSecretDeletedOrOtherSecret{}))
 	if feature.Gates.Enabled(feature.MachinePool) {
 		b = b.Watches(&clusterv1.MachinePool{}, handler.EnqueueRequestsFromMapFunc(machinePoolToConfig), filter)
 	}
@@ -181,31 +183,33 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, fmt.Errorf("getting Cluster: %w", err)
 	}
 
-	if isPaused, requeue, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, config); err != nil || isPaused || requeue {
+	if annotations.IsPaused(cluster, config) {
+		_, _, err := paused.EnsurePausedCondition(ctx, r.Client, cluster, config)
 		return ctrl.Result{}, err
 	}
 
-	patchHelper, err := patch.NewHelper(config, r.Client)
-	if err != nil {
-		return ctrl.Result{}, err
-	}
+	// Everything this reconciliation decides about status goes out in one merge patch of the
+	// status subresource: the Paused condition (paused.EnsurePausedCondition would patch it and
+	// requeue on its own), conditions and the other status fields (CAPI's patch helper sends
+	// conditions and the rest as two patches). Only this controller writes a KairosConfig's
+	// status, so the helper's conflict-aware merge of other writers' conditions buys nothing,
+	// and a new worker's config costs one status write instead of four.
+	before := config.DeepCopy()
+	conditions.Set(config, metav1.Condition{Type: clusterv1.PausedCondition, Status: metav1.ConditionFalse,
+		Reason: clusterv1.NotPausedReason, ObservedGeneration: config.Generation})
 	s := &scope{config: config, owner: owner, cluster: cluster}
 	defer func() {
 		if err := updateStatus(s); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
-		opts := []patch.Option{patch.WithOwnedConditions{Conditions: []string{
-			clusterv1.PausedCondition,
-			bootstrapv1.ReadyCondition,
-			bootstrapv1.DataSecretAvailableCondition,
-			bootstrapv1.JoinTokenAvailableCondition,
-			bootstrapv1.NodeProviderIDCondition,
-		}}}
 		if reterr == nil {
-			opts = append(opts, patch.WithStatusObservedGeneration{})
+			config.Status.ObservedGeneration = config.Generation
 		}
-		if err := patchHelper.Patch(ctx, config, opts...); err != nil {
-			reterr = kerrors.NewAggregate([]error{reterr, fmt.Errorf("patching KairosConfig: %w", err)})
+		if equality.Semantic.DeepEqual(before.Status, config.Status) {
+			return
+		}
+		if err := r.Client.Status().Patch(ctx, config, client.MergeFrom(before)); err != nil {
+			reterr = kerrors.NewAggregate([]error{reterr, fmt.Errorf("patching KairosConfig status: %w", err)})
 		}
 	}()
 
@@ -368,3 +372,23 @@ func (clusterChangedForBootstrap) Update(e event.UpdateEvent) bool {
 func (clusterChangedForBootstrap) Create(event.CreateEvent) bool   { return true }
 func (clusterChangedForBootstrap) Delete(event.DeleteEvent) bool   { return false }
 func (clusterChangedForBootstrap) Generic(event.GenericEvent) bool { return false }
+
+// dataSecretDeletedOrOtherSecret passes every event of cluster Secrets (certificates, k3s
+// tokens: configs may be waiting for them) but only the deletion of a bootstrap data Secret:
+// its creation and updates come from the controller itself, and the reconcile they would cause
+// has nothing to do.
+type dataSecretDeletedOrOtherSecret struct{ predicate.Funcs }
+
+func isDataSecret(o client.Object) bool {
+	owner := metav1.GetControllerOf(o)
+	return owner != nil && owner.Kind == "KairosConfig" && strings.HasPrefix(owner.APIVersion, bootstrapv1.GroupVersion.Group+"/")
+}
+
+func (dataSecretDeletedOrOtherSecret) Create(e event.CreateEvent) bool {
+	return !isDataSecret(e.Object)
+}
+func (dataSecretDeletedOrOtherSecret) Update(e event.UpdateEvent) bool {
+	return !isDataSecret(e.ObjectNew)
+}
+func (dataSecretDeletedOrOtherSecret) Delete(event.DeleteEvent) bool   { return true }
+func (dataSecretDeletedOrOtherSecret) Generic(event.GenericEvent) bool { return false }

@@ -20,6 +20,7 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -454,6 +455,8 @@ func TestRefreshJoinToken(t *testing.T) {
 type workloadTokens struct {
 	now    func() time.Time
 	tokens map[string]workloadToken
+	// writes counts the tokens created and refreshed.
+	writes int
 }
 
 type workloadToken struct {
@@ -475,6 +478,7 @@ func (w *workloadTokens) Create(_ context.Context, _ client.ObjectKey, t token.B
 		return apierrors.NewAlreadyExists(schema.GroupResource{Resource: "secrets"}, t.SecretName())
 	}
 	w.tokens[t.ID] = workloadToken{token: t, expires: expires}
+	w.writes++
 	return nil
 }
 
@@ -489,6 +493,7 @@ func (w *workloadTokens) Refresh(_ context.Context, _ client.ObjectKey, id strin
 	}
 	t.expires = expires
 	w.tokens[id] = t
+	w.writes++
 	return expires, nil
 }
 
@@ -625,6 +630,33 @@ func TestSecretToConfigs(t *testing.T) {
 				t.Fatalf("secretToConfigs = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// TestSecretEvents: a data Secret wakes its KairosConfig only when it is deleted (its creation
+// and updates are the controller's own doing); cluster Secrets wake configs on every event.
+func TestSecretEvents(t *testing.T) {
+	data := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "c", Labels: map[string]string{clusterv1.ClusterNameLabel: "demo"},
+		OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(&bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Name: "c", UID: "u"}},
+			bootstrapv1.GroupVersion.WithKind("KairosConfig"))}}}
+	cert := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "demo-ca", Labels: map[string]string{clusterv1.ClusterNameLabel: "demo"}}}
+	p := dataSecretDeletedOrOtherSecret{}
+	for _, tc := range []struct {
+		name   string
+		secret *corev1.Secret
+		want   [3]bool // create, update, delete
+	}{
+		{"data Secret", data, [3]bool{false, false, true}},
+		{"cluster certificate", cert, [3]bool{true, true, true}},
+	} {
+		got := [3]bool{
+			p.Create(event.CreateEvent{Object: tc.secret}),
+			p.Update(event.UpdateEvent{ObjectOld: tc.secret, ObjectNew: tc.secret}),
+			p.Delete(event.DeleteEvent{Object: tc.secret}),
+		}
+		if got != tc.want {
+			t.Errorf("%s: create/update/delete pass %v, want %v", tc.name, got, tc.want)
+		}
 	}
 }
 
@@ -1161,5 +1193,75 @@ func TestStoredDataWaitsForItsToken(t *testing.T) {
 				assertCondition(t, got, bootstrapv1.JoinTokenAvailableCondition, metav1.ConditionTrue, bootstrapv1.JoinTokenRecreatedReason, bt.ID)
 			}
 		})
+	}
+}
+
+// TestNewWorkerWritesTheFloor: a worker's config whose cluster is ready costs exactly what the
+// bootstrap contract requires, in one reconcile: the data Secret, the workload join token and one
+// status patch (Paused, data, conditions, observedGeneration together). The reconciles that
+// follow (its own status event, a resync) write nothing.
+func TestNewWorkerWritesTheFloor(t *testing.T) {
+	cluster := newCluster()
+	cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+	writes := map[string]int{}
+	count := func(kind string) { writes[kind]++ }
+	c := fake.NewClientBuilder().WithScheme(testScheme(t)).
+		WithObjects(append(pkiObjects(t), cluster, newMachine("w", "v1.31.2"), newConfig("w", bootstrapv1.KairosConfigSpec{}))...).
+		WithStatusSubresource(&bootstrapv1.KairosConfig{}).
+		WithInterceptorFuncs(interceptor.Funcs{
+			Create: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.CreateOption) error {
+				count(fmt.Sprintf("create %T", obj))
+				return c.Create(ctx, obj, opts...)
+			},
+			Update: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.UpdateOption) error {
+				count(fmt.Sprintf("update %T", obj))
+				return c.Update(ctx, obj, opts...)
+			},
+			Patch: func(ctx context.Context, c client.WithWatch, obj client.Object, patch client.Patch, opts ...client.PatchOption) error {
+				count(fmt.Sprintf("patch %T", obj))
+				return c.Patch(ctx, obj, patch, opts...)
+			},
+			Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+				count(fmt.Sprintf("delete %T", obj))
+				return c.Delete(ctx, obj, opts...)
+			},
+			SubResourcePatch: func(ctx context.Context, c client.Client, sub string, obj client.Object, patch client.Patch, opts ...client.SubResourcePatchOption) error {
+				count(fmt.Sprintf("patch %T/%s", obj, sub))
+				return c.SubResource(sub).Patch(ctx, obj, patch, opts...)
+			},
+		}).Build()
+	tokens := &workloadTokens{now: time.Now, tokens: map[string]workloadToken{}}
+	r := &Reconciler{Client: c, APIReader: c, TokenTTL: 15 * time.Minute, Tokens: tokens}
+	r.complete()
+	req := ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "w"}}
+
+	if _, err := r.Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]int{"create *v1.Secret": 1, "patch *v1beta2.KairosConfig/status": 1}
+	if !reflect.DeepEqual(writes, want) || tokens.writes != 1 {
+		t.Errorf("first reconcile wrote %v and %d workload tokens, want %v and 1", writes, tokens.writes, want)
+	}
+	config := &bootstrapv1.KairosConfig{}
+	if err := c.Get(context.Background(), req.NamespacedName, config); err != nil {
+		t.Fatal(err)
+	}
+	if config.Status.DataSecretName != "w" || !ptr.Deref(config.Status.Initialization.DataSecretCreated, false) || config.Status.ObservedGeneration != config.Generation {
+		t.Errorf("status after one reconcile: %+v", config.Status)
+	}
+	for _, typ := range []string{clusterv1.PausedCondition, bootstrapv1.DataSecretAvailableCondition, bootstrapv1.ReadyCondition, bootstrapv1.JoinTokenAvailableCondition} {
+		if conditions.Get(config, typ) == nil {
+			t.Errorf("condition %s missing after one reconcile", typ)
+		}
+	}
+
+	clear(writes)
+	for range 2 {
+		if _, err := r.Reconcile(context.Background(), req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if len(writes) != 0 || tokens.writes != 1 {
+		t.Errorf("later reconciles wrote %v and %d more workload tokens, want nothing", writes, tokens.writes-1)
 	}
 }
