@@ -65,8 +65,8 @@ func TestMixedVersions(t *testing.T) {
 			second = bootstrapProvider
 		}
 		t.Run(first.Name+" first", func(t *testing.T) {
-			x := startMixed(t, first.Name+"-first")
-			x.createCluster(t)
+			x := startMixed(t, first.Name+"-first", previousVersion(bootstrapProvider), previousVersion(controlPlaneProvider))
+			x.createCluster(t, 1)
 			start := time.Now()
 			x.settled(t, 1)
 			t.Logf("cluster ready %s after creation, with %s %s and %s %s", time.Since(start).Round(time.Second),
@@ -102,13 +102,14 @@ type mixedManagement struct {
 	owner *testing.T
 }
 
-func startMixed(t *testing.T, name string) *mixedManagement {
+// startMixed starts a management cluster with both providers at the given releases.
+func startMixed(t *testing.T, name, bootstrapVersion, controlPlaneVersion string) *mixedManagement {
 	t.Helper()
 	ctx := framework.Context(t)
 	m := startManagement(t, name)
 	o := m.initOptions(newVersion, true)
-	o.BootstrapProviders = []string{providerName + ":" + previousVersion(bootstrapProvider)}
-	o.ControlPlaneProviders = []string{providerName + ":" + previousVersion(controlPlaneProvider)}
+	o.BootstrapProviders = []string{providerName + ":" + bootstrapVersion}
+	o.ControlPlaneProviders = []string{providerName + ":" + controlPlaneVersion}
 	m.init(t, o)
 
 	// A real management cluster collects garbage: Machines' KairosConfigs and data go with them.
@@ -130,9 +131,9 @@ func startMixed(t *testing.T, name string) *mixedManagement {
 	return x
 }
 
-// createCluster creates a k0s cluster with one control-plane Machine and a MachineDeployment of
-// one worker.
-func (x *mixedManagement) createCluster(t *testing.T) {
+// createCluster creates a k0s cluster with the given number of control-plane Machines and a
+// MachineDeployment of one worker.
+func (x *mixedManagement) createCluster(t *testing.T, replicas int32) {
 	t.Helper()
 	ctx := framework.Context(t)
 	x.ns = x.h.NewNamespace(t)
@@ -153,7 +154,7 @@ func (x *mixedManagement) createCluster(t *testing.T) {
 	x.kcp = &controlplanev1.KairosControlPlane{
 		ObjectMeta: metav1.ObjectMeta{Namespace: x.ns, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
 		Spec: controlplanev1.KairosControlPlaneSpec{
-			Replicas:     ptr.To[int32](1),
+			Replicas:     ptr.To(replicas),
 			Version:      kubernetesVersionSim,
 			Distribution: bootstrapv1.DistributionK0s,
 			MachineTemplate: controlplanev1.KairosControlPlaneMachineTemplate{Spec: controlplanev1.KairosControlPlaneMachineTemplateSpec{

@@ -112,11 +112,16 @@ func BuildCABPK(version string, logf func(string, ...any)) (string, error) {
 	return bin, nil
 }
 
-// Limits are a manager's client-side API limits and its config reconciler's concurrency.
+// Limits are a manager's client-side API limits (management and workload clusters) and its
+// config reconciler's concurrency.
 type Limits struct {
 	QPS         float32 `json:"qps"`
 	Burst       int     `json:"burst"`
 	Concurrency int     `json:"concurrency"`
+	// WorkloadQPS and WorkloadBurst limit each workload cluster's client (Cluster API's
+	// --clustercache-client-qps and --clustercache-client-burst).
+	WorkloadQPS   float32 `json:"workloadQPS"`
+	WorkloadBurst int     `json:"workloadBurst"`
 }
 
 // DefaultLimits reads a manager binary's defaults for --kube-api-qps, --kube-api-burst and the
@@ -139,9 +144,15 @@ func DefaultLimits(bin, concurrencyFlag string) (Limits, error) {
 	if err != nil {
 		return Limits{}, err
 	}
-	l := Limits{QPS: float32(qps)}
-	l.Burst, l.Concurrency = int(burst), int(conc)
-	return l, nil
+	wqps, err := flagDefault(text, "clustercache-client-qps")
+	if err != nil {
+		return Limits{}, err
+	}
+	wburst, err := flagDefault(text, "clustercache-client-burst")
+	if err != nil {
+		return Limits{}, err
+	}
+	return Limits{QPS: float32(qps), Burst: int(burst), Concurrency: int(conc), WorkloadQPS: float32(wqps), WorkloadBurst: int(wburst)}, nil
 }
 
 func flagDefault(help, name string) (float64, error) {

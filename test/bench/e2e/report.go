@@ -115,7 +115,8 @@ func (r *Result) WriteDetails(w io.Writer) {
 		fmt.Fprintf(w, "\n%s\n", p.Name)
 		fmt.Fprintf(w, "  binary: %s\n  args:   %s\n", p.Binary, strings.Join(p.Args, " "))
 		if p.Limits.QPS > 0 {
-			fmt.Fprintf(w, "  limits: kube-api-qps %g, burst %d, concurrency %d (defaults of %s)\n", p.Limits.QPS, p.Limits.Burst, p.Limits.Concurrency,
+			fmt.Fprintf(w, "  limits: kube-api-qps %g, burst %d, clustercache-client-qps %g, burst %d, concurrency %d (defaults of %s)\n",
+				p.Limits.QPS, p.Limits.Burst, p.Limits.WorkloadQPS, p.Limits.WorkloadBurst, p.Limits.Concurrency,
 				map[bool]string{true: "the binary", false: "the Kairos manager"}[p.spec.manager])
 		}
 		fmt.Fprintf(w, "  ready:  %d of %d in %.1f s\n", p.Ready, r.N, p.Seconds)

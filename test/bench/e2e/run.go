@@ -426,9 +426,12 @@ func (b *bench) start(spec providerSpec, namespace, kubeconfig, logName string, 
 	} else {
 		args = append(args,
 			"--kubeconfig="+kubeconfig,
+			"--workload-kubeconfig="+workloadKubeconfigPath(kubeconfig),
 			"--namespace="+namespace,
 			"--kube-api-qps="+strconv.FormatFloat(float64(spec.limits.QPS), 'f', -1, 32),
 			"--kube-api-burst="+strconv.Itoa(spec.limits.Burst),
+			"--workload-qps="+strconv.FormatFloat(float64(spec.limits.WorkloadQPS), 'f', -1, 32),
+			"--workload-burst="+strconv.Itoa(spec.limits.WorkloadBurst),
 			"--concurrency="+strconv.Itoa(spec.limits.Concurrency),
 		)
 	}
@@ -577,7 +580,17 @@ func (b *bench) prepare(ctx context.Context, spec providerSpec, namespace, name 
 	if err := os.WriteFile(kubeconfigPath, mgmtKubeconfig, 0o600); err != nil {
 		return nil, nil, "", fmt.Errorf("writing %s: %w", kubeconfigPath, err)
 	}
+	// The managers read the workload kubeconfig from the Cluster's Secret; the floor from here.
+	if err := os.WriteFile(workloadKubeconfigPath(kubeconfigPath), wlKubeconfig, 0o600); err != nil {
+		return nil, nil, "", fmt.Errorf("writing the workload kubeconfig: %w", err)
+	}
 	return mgmt, wl, kubeconfigPath, nil
+}
+
+// workloadKubeconfigPath is where prepare writes the workload kubeconfig next to a management
+// kubeconfig.
+func workloadKubeconfigPath(kubeconfig string) string {
+	return strings.TrimSuffix(kubeconfig, ".kubeconfig") + "-workload.kubeconfig"
 }
 
 // waitReady waits until every config reported ready, the timeout passes, or the process

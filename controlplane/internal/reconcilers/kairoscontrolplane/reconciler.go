@@ -276,6 +276,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		r.reconcilePrerequisites,
 		r.reconcileKubeconfig,
 		r.reconcileInitialized,
+		r.reconcileOrphans,
 		r.syncMachines,
 		r.reconcilePreTerminateHooks,
 		r.reconcileEtcdMembers,
