@@ -28,8 +28,9 @@ type Lock struct {
 
 	// released remembers the Clusters (by UID) whose lock is known to be gone: a Cluster's
 	// control plane is initialized once, so its lock never comes back, and every node
-	// bootstrapped afterwards would otherwise cost a read answered 404.
-	released sync.Map
+	// bootstrapped afterwards would otherwise cost a read answered 404. releasing holds a mutex
+	// per Cluster, so that the configs reconciled at once after a start share one read.
+	released, releasing sync.Map
 }
 
 // Name is the name of a Cluster's lock ConfigMap.
@@ -84,6 +85,12 @@ func (l *Lock) Holder(ctx context.Context, cluster *clusterv1.Cluster) (string, 
 // control plane came up releases it: only the first call per Cluster and process reads (and,
 // when the lock is still there, deletes) it.
 func (l *Lock) Release(ctx context.Context, cluster *clusterv1.Cluster) error {
+	if _, done := l.released.Load(cluster.UID); done {
+		return nil
+	}
+	mu, _ := l.releasing.LoadOrStore(cluster.UID, &sync.Mutex{})
+	mu.(*sync.Mutex).Lock()
+	defer mu.(*sync.Mutex).Unlock()
 	if _, done := l.released.Load(cluster.UID); done {
 		return nil
 	}

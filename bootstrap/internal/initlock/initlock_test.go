@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -234,24 +236,29 @@ func TestErrors(t *testing.T) {
 // up releases the lock; when there is none, that costs no write, and once a Cluster's lock is
 // known to be gone, no request at all.
 func TestReleaseWithoutALockWritesNothing(t *testing.T) {
-	deletes, gets := 0, 0
+	var deletes, gets atomic.Int32
 	l, _ := newLock(t, &interceptor.Funcs{
 		Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
-			deletes++
+			deletes.Add(1)
 			return c.Delete(ctx, obj, opts...)
 		},
 		Get: func(ctx context.Context, c client.WithWatch, key client.ObjectKey, obj client.Object, opts ...client.GetOption) error {
-			gets++
+			gets.Add(1)
 			return c.Get(ctx, key, obj, opts...)
 		},
 	})
-	for range 3 {
-		if err := l.Release(context.Background(), testCluster); err != nil {
-			t.Fatal(err)
-		}
+	// Many configs reconciled at once after a start release it together.
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if err := l.Release(context.Background(), testCluster); err != nil {
+				t.Error(err)
+			}
+		})
 	}
-	if deletes != 0 || gets != 1 {
-		t.Errorf("%d DELETEs and %d GETs for three releases without a lock, want none and one", deletes, gets)
+	wg.Wait()
+	if deletes.Load() != 0 || gets.Load() != 1 {
+		t.Errorf("%d DELETEs and %d GETs for 20 concurrent releases without a lock, want none and one", deletes.Load(), gets.Load())
 	}
 }
 

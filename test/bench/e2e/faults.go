@@ -98,6 +98,7 @@ func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error)
 		return nil, err
 	}
 	defer func() { _ = b.env.Stop() }()
+	defer close(b.warm)
 
 	spec := b.specs[Kairos]
 	namespace := "storm"

@@ -14,9 +14,13 @@ import (
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/dynamic/dynamicinformer"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
+	toolscache "k8s.io/client-go/tools/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	kubeadmv1 "sigs.k8s.io/cluster-api/api/bootstrap/kubeadm/v1beta2"
@@ -194,6 +198,8 @@ type bench struct {
 	cert    tls.Certificate
 	caPEM   []byte
 	specs   map[Provider]providerSpec
+	// warm stops the warm-up watches (see warmWatchCaches).
+	warm chan struct{}
 }
 
 func (o *Options) defaults() error {
@@ -271,6 +277,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 		return nil, err
 	}
 	defer func() { _ = b.env.Stop() }()
+	defer close(b.warm)
 
 	for _, p := range o.Providers {
 		pr, err := b.runProvider(ctx, p)
@@ -376,6 +383,9 @@ func (b *bench) startAPIServer(res *Result) error {
 		return fmt.Errorf("reading the API server version: %w", err)
 	}
 	res.KubeVersion = v.GitVersion
+	if err := b.warmWatchCaches(); err != nil {
+		return err
+	}
 
 	// One serving certificate for the proxies and the managers' webhook servers (no webhook is
 	// registered with the API server: fixtures are created before any manager runs, and
@@ -386,6 +396,43 @@ func (b *bench) startAPIServer(res *Result) error {
 	}
 	if b.cert, err = tls.LoadX509KeyPair(filepath.Join(b.certDir, "tls.crt"), filepath.Join(b.certDir, "tls.key")); err != nil {
 		return fmt.Errorf("loading the serving certificate: %w", err)
+	}
+	return nil
+}
+
+// watchedResources are what the managers under test watch. The API server serves the first
+// watch of a resource only once its watch cache has caught up with etcd, about a second on a
+// fresh server (client-go lists through watches, WatchListClient); whoever ran first would pay
+// it. In a real management cluster Cluster API's own controllers keep these watches open, so
+// the benchmark does too before any provider starts.
+var watchedResources = []schema.GroupVersionResource{
+	{Group: clusterv1.GroupVersion.Group, Version: clusterv1.GroupVersion.Version, Resource: "clusters"},
+	{Group: clusterv1.GroupVersion.Group, Version: clusterv1.GroupVersion.Version, Resource: "machines"},
+	{Group: clusterv1.GroupVersion.Group, Version: clusterv1.GroupVersion.Version, Resource: "machinepools"},
+	{Version: "v1", Resource: "secrets"},
+	{Version: "v1", Resource: "configmaps"},
+	{Group: kairosConfigKind.Group, Version: kairosConfigKind.Version, Resource: kairosConfigKind.Resource},
+	{Group: kubeadmConfigKind.Group, Version: kubeadmConfigKind.Version, Resource: kubeadmConfigKind.Resource},
+}
+
+// warmWatchCaches watches every resource the managers watch, for the whole benchmark, and waits
+// until each watch has synced.
+func (b *bench) warmWatchCaches() error {
+	dc, err := dynamic.NewForConfig(b.cfg)
+	if err != nil {
+		return fmt.Errorf("creating a dynamic client: %w", err)
+	}
+	f := dynamicinformer.NewDynamicSharedInformerFactory(dc, 0)
+	var synced []toolscache.InformerSynced
+	for _, gvr := range watchedResources {
+		synced = append(synced, f.ForResource(gvr).Informer().HasSynced)
+	}
+	b.warm = make(chan struct{})
+	f.Start(b.warm)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if !toolscache.WaitForCacheSync(ctx.Done(), synced...) {
+		return errors.New("the warm-up watches did not sync within 1m")
 	}
 	return nil
 }

@@ -27,7 +27,7 @@ func (r *Reconciler) complete() {
 		r.Now = time.Now
 	}
 	if r.Tokens == nil {
-		r.Tokens = clusterCacheTokens{cache: r.ClusterCache}
+		r.Tokens = clusterCacheTokens{cache: r.ClusterCache, expires: &tokenExpirations{}}
 	}
 	if r.Nodes == nil {
 		r.Nodes = clusterCacheNodes{cache: r.ClusterCache}
@@ -36,6 +36,8 @@ func (r *Reconciler) complete() {
 }
 
 type offlineTokens struct{}
+
+func (offlineTokens) Ready(context.Context, client.ObjectKey) error { return nil }
 
 func (offlineTokens) Create(context.Context, client.ObjectKey, token.BootstrapToken, token.K0sTokenRole, time.Time) error {
 	return nil

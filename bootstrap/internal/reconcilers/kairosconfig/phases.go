@@ -341,7 +341,7 @@ func (r *Reconciler) reconcileControlPlaneJoinCredentials(ctx context.Context, s
 	if s.config.Spec.Distribution == bootstrapv1.DistributionK3s {
 		return r.lookupK3sTokens(ctx, s)
 	}
-	return r.prepareK0sJoinToken(s, token.K0sControllerToken, pki.ClusterCA.Cert)
+	return r.prepareK0sJoinToken(ctx, s, token.K0sControllerToken, pki.ClusterCA.Cert)
 }
 
 func (r *Reconciler) reconcileWorkerJoinCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -360,7 +360,7 @@ func (r *Reconciler) reconcileWorkerJoinCredentials(ctx context.Context, s *scop
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	return r.prepareK0sJoinToken(s, token.K0sWorkerToken, ca)
+	return r.prepareK0sJoinToken(ctx, s, token.K0sWorkerToken, ca)
 }
 
 // lookupK3sTokens gives servers the server token and the agent token they accept, and
@@ -386,7 +386,16 @@ func (r *Reconciler) lookupK3sTokens(ctx context.Context, s *scope) (ctrl.Result
 // prepareK0sJoinToken builds a k0s join token around a fresh bootstrap token, without
 // registering the bootstrap token yet: reconcileDataSecret does that once the document has
 // rendered, so that a spec or endpoint that cannot render leaves no token behind.
-func (r *Reconciler) prepareK0sJoinToken(s *scope, role token.K0sTokenRole, caCert []byte) (ctrl.Result, error) {
+func (r *Reconciler) prepareK0sJoinToken(ctx context.Context, s *scope, role token.K0sTokenRole, caCert []byte) (ctrl.Result, error) {
+	if err := r.Tokens.Ready(ctx, s.clusterKey()); errors.Is(err, clustercache.ErrClusterNotConnected) {
+		// A manager that just started has not connected to the workload cluster yet; its
+		// connection event brings the config back. Storing data whose token cannot be registered
+		// would cost a wait status now and a token re-creation later, so nothing is written.
+		ctrl.LoggerFrom(ctx).V(4).Info("Workload cluster not connected yet, waiting before rendering the data")
+		s.keepStatus = true
+		s.done()
+		return ctrl.Result{RequeueAfter: notConnectedRequeue}, nil
+	}
 	t, err := token.NewBootstrapToken()
 	if err != nil {
 		return ctrl.Result{}, err

@@ -103,6 +103,8 @@ type scope struct {
 	// waitReason and waitMessage say why there is no data yet; halted stops the phases.
 	waitReason, waitMessage string
 	halted                  bool
+	// keepStatus leaves the status as it is: nothing is known to have changed.
+	keepStatus bool
 }
 
 // pendingToken is a bootstrap token built for the data but not registered yet.
@@ -199,6 +201,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		Reason: clusterv1.NotPausedReason, ObservedGeneration: config.Generation})
 	s := &scope{config: config, owner: owner, cluster: cluster}
 	defer func() {
+		if s.keepStatus && reterr == nil {
+			return
+		}
 		if err := updateStatus(s); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}

@@ -24,6 +24,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/event"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/secret"
 
@@ -36,10 +37,10 @@ const ns = "team-a"
 
 // stubTokens records the calls the reconciler makes to the workload cluster.
 type stubTokens struct {
-	mu                    sync.Mutex
-	created               []createCall
-	refreshed             []refreshCall
-	createErr, refreshErr error
+	mu                              sync.Mutex
+	created                         []createCall
+	refreshed                       []refreshCall
+	createErr, refreshErr, readyErr error
 }
 
 type createCall struct {
@@ -61,6 +62,8 @@ func (s *stubTokens) Create(_ context.Context, cluster client.ObjectKey, t token
 	s.created = append(s.created, createCall{cluster, t, role, expires})
 	return s.createErr
 }
+
+func (s *stubTokens) Ready(context.Context, client.ObjectKey) error { return s.readyErr }
 
 func (s *stubTokens) Refresh(_ context.Context, cluster client.ObjectKey, id string, expires, _ time.Time) (time.Time, error) {
 	s.mu.Lock()
@@ -481,6 +484,8 @@ func (w *workloadTokens) Create(_ context.Context, _ client.ObjectKey, t token.B
 	w.writes++
 	return nil
 }
+
+func (w *workloadTokens) Ready(context.Context, client.ObjectKey) error { return nil }
 
 func (w *workloadTokens) Refresh(_ context.Context, _ client.ObjectKey, id string, expires, keepAfter time.Time) (time.Time, error) {
 	w.clean()
@@ -1263,5 +1268,34 @@ func TestNewWorkerWritesTheFloor(t *testing.T) {
 	}
 	if len(writes) != 0 || tokens.writes != 1 {
 		t.Errorf("later reconciles wrote %v and %d more workload tokens, want nothing", writes, tokens.writes-1)
+	}
+}
+
+// TestNotConnectedWritesNothing: before the workload cluster is connected (a manager that just
+// started), a worker's config gets no data, no token and no status write; it comes back soon.
+func TestNotConnectedWritesNothing(t *testing.T) {
+	cluster := newCluster()
+	cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+	c := newClient(t, append(pkiObjects(t), cluster, newMachine("w", "v1.31.2"), newConfig("w", bootstrapv1.KairosConfigSpec{}))...)
+	tokens := &stubTokens{readyErr: clustercache.ErrClusterNotConnected}
+	r := &Reconciler{Client: c, APIReader: c, TokenTTL: 15 * time.Minute, Tokens: tokens}
+	r.complete()
+	before := &bootstrapv1.KairosConfig{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "w"}, before); err != nil {
+		t.Fatal(err)
+	}
+	res, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "w"}})
+	if err != nil || res.RequeueAfter != notConnectedRequeue {
+		t.Fatalf("Reconcile = %+v, %v; want a requeue after %s", res, err, notConnectedRequeue)
+	}
+	after := &bootstrapv1.KairosConfig{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "w"}, after); err != nil {
+		t.Fatal(err)
+	}
+	if after.ResourceVersion != before.ResourceVersion || len(tokens.created) != 0 {
+		t.Errorf("config written (resourceVersion %s -> %s) or %d tokens created", before.ResourceVersion, after.ResourceVersion, len(tokens.created))
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "w"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("data Secret: %v, want none", err)
 	}
 }

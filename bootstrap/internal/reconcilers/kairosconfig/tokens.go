@@ -3,9 +3,11 @@ package kairosconfig
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -23,6 +25,9 @@ const (
 
 // WorkloadTokens creates and refreshes k0s bootstrap tokens in a workload cluster.
 type WorkloadTokens interface {
+	// Ready returns clustercache.ErrClusterNotConnected while tokens cannot be created in the
+	// cluster yet (a manager that just started), without a request.
+	Ready(ctx context.Context, cluster client.ObjectKey) error
 	// Create stores t in the workload cluster, valid for role until expires.
 	Create(ctx context.Context, cluster client.ObjectKey, t token.BootstrapToken, role token.K0sTokenRole, expires time.Time) error
 	// Refresh moves the expiration of the token with the given id to expires, unless it
@@ -31,9 +36,54 @@ type WorkloadTokens interface {
 }
 
 // clusterCacheTokens reaches workload clusters through CAPI's ClusterCache. It uses the
-// uncached client: caching would mean watching every Secret of every workload cluster.
+// uncached client: caching would mean watching every Secret of every workload cluster. Instead
+// it remembers the expiration of every token it wrote or read: a token known to expire after
+// the refresh window is not read again (the reconciles that follow a token's creation, and
+// resyncs, then send nothing); inside the window it is read and refreshed.
 type clusterCacheTokens struct {
-	cache clustercache.ClusterCache
+	cache   clustercache.ClusterCache
+	expires *tokenExpirations
+}
+
+// tokenExpirations remembers token expirations by cluster and token ID.
+type tokenExpirations struct {
+	mu sync.Mutex
+	m  map[string]time.Time
+}
+
+// maxRememberedTokens bounds tokenExpirations; past it the memory starts over (each token is
+// then read once more).
+const maxRememberedTokens = 100000
+
+func (e *tokenExpirations) key(cluster client.ObjectKey, id string) string {
+	return cluster.String() + "/" + id
+}
+
+func (e *tokenExpirations) get(cluster client.ObjectKey, id string) (time.Time, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	t, ok := e.m[e.key(cluster, id)]
+	return t, ok
+}
+
+func (e *tokenExpirations) set(cluster client.ObjectKey, id string, t time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.m == nil || len(e.m) >= maxRememberedTokens {
+		e.m = map[string]time.Time{}
+	}
+	e.m[e.key(cluster, id)] = t
+}
+
+func (e *tokenExpirations) forget(cluster client.ObjectKey, id string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.m, e.key(cluster, id))
+}
+
+func (c clusterCacheTokens) Ready(ctx context.Context, cluster client.ObjectKey) error {
+	_, err := c.cache.GetUncachedClient(ctx, cluster)
+	return err
 }
 
 func (c clusterCacheTokens) Create(ctx context.Context, cluster client.ObjectKey, t token.BootstrapToken, role token.K0sTokenRole, expires time.Time) error {
@@ -45,7 +95,11 @@ func (c clusterCacheTokens) Create(ctx context.Context, cluster client.ObjectKey
 	if err != nil {
 		return err
 	}
-	return remote.Create(ctx, s)
+	if err := remote.Create(ctx, s); err != nil {
+		return err
+	}
+	c.expires.set(cluster, t.ID, expires.Truncate(time.Second))
+	return nil
 }
 
 func (c clusterCacheTokens) Refresh(ctx context.Context, cluster client.ObjectKey, id string, expires, keepAfter time.Time) (time.Time, error) {
@@ -53,13 +107,20 @@ func (c clusterCacheTokens) Refresh(ctx context.Context, cluster client.ObjectKe
 	if err != nil {
 		return time.Time{}, err
 	}
+	if known, ok := c.expires.get(cluster, id); ok && known.After(keepAfter) {
+		return known, nil
+	}
 	s := &corev1.Secret{}
 	if err := remote.Get(ctx, client.ObjectKey{Namespace: tokenNamespace, Name: bootstrapTokenSecretName(id)}, s); err != nil {
+		if apierrors.IsNotFound(err) {
+			c.expires.forget(cluster, id)
+		}
 		return time.Time{}, err
 	}
 	// A token far from expiring is left alone, as Cluster API's kubeadm provider does
 	// (skipTokenRefreshIfExpiringAfter): resyncs and repeated reconciles then write nothing.
 	if current, err := time.Parse(time.RFC3339, string(s.Data[tokenExpirationKey])); err == nil && current.After(keepAfter) {
+		c.expires.set(cluster, id, current)
 		return current, nil
 	}
 	patch := client.MergeFrom(s.DeepCopy())
@@ -70,6 +131,7 @@ func (c clusterCacheTokens) Refresh(ctx context.Context, cluster client.ObjectKe
 	if err := remote.Patch(ctx, s, patch); err != nil {
 		return time.Time{}, err
 	}
+	c.expires.set(cluster, id, expires.Truncate(time.Second))
 	return expires, nil
 }
 
