@@ -48,6 +48,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		ClusterCache:     o.ClusterCache,
 		WatchFilterValue: o.WatchFilter,
 		TokenTTL:         o.TokenTTL,
+		Recorder:         mgr.GetEventRecorderFor("kairosconfig-controller"),
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: max(o.KairosConfigConcurrency, 1)}); err != nil {
 		return err
 	}

@@ -63,6 +63,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		WatchFilterValue: o.WatchFilter,
 		HealthInterval:   o.EtcdHealthInterval,
 		Version:          o.Version,
+		Recorder:         mgr.GetEventRecorderFor("kairoscontrolplane-controller"),
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.KairosControlPlaneConcurrency}); err != nil {
 		return err
 	}

@@ -98,13 +98,17 @@ func WorkerTokenOverride(spec *bootstrapv1.KairosConfigSpec, secrets map[Ref]str
 
 // Render returns the bootstrap data of a defaulted spec. Problems the renderer finds are
 // returned as a *RenderError that names the spec (or Cluster) field of each.
-func Render(spec *bootstrapv1.KairosConfigSpec, in Inputs) ([]byte, error) {
+//
+// Render does not panic: a panic of the renderer on some input (a bug; the fuzz targets look
+// for them) is returned as an error, so that the object gets a condition and an event and
+// admission refuses it, instead of a reconcile that crashes again and again.
+func Render(spec *bootstrapv1.KairosConfigSpec, in Inputs) (data []byte, err error) {
+	defer recoverRender(&err)
 	node, fragments, err := Node(spec, in)
 	if err != nil {
 		return nil, err
 	}
-	data, err := render.Document(node, fragments...)
-	if err != nil {
+	if data, err = render.Document(node, fragments...); err != nil {
 		return nil, locate(spec, in, err)
 	}
 	return data, nil
@@ -252,5 +256,13 @@ func vip(v *bootstrapv1.VirtualIP) *render.VIP {
 	return &render.VIP{
 		Address: v.Address, PrefixLength: v.PrefixLength, Interface: v.Interface,
 		VirtualRouterID: v.VirtualRouterID, KubeVIPImage: v.KubeVIPImage,
+	}
+}
+
+// recoverRender turns a panic of the renderer into *err. The panic value names the fault, not
+// the input, so no secret material reaches conditions or events through it.
+func recoverRender(err *error) {
+	if r := recover(); r != nil {
+		*err = fmt.Errorf("internal error of the Kairos renderer on this spec (a bug: please report it with the spec, without its secrets): %v", r)
 	}
 }

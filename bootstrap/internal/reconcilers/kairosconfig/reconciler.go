@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -55,6 +56,7 @@ const notConnectedRequeue = 2 * time.Second
 // +kubebuilder:rbac:groups=cluster.x-k8s.io,resources=clusters;clusters/status;machines;machines/status;machinepools;machinepools/status,verbs=get;list;watch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=configmaps,verbs=get;create;delete
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconciler reconciles KairosConfigs.
 type Reconciler struct {
@@ -74,6 +76,8 @@ type Reconciler struct {
 	TokenTTL time.Duration
 	// Now is the clock token expirations are computed from. Defaults to time.Now.
 	Now func() time.Time
+	// Recorder records a Warning event when a config cannot get its data; nil records none.
+	Recorder record.EventRecorder
 
 	initLock *initlock.Lock
 }
@@ -207,6 +211,7 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		if err := updateStatus(s); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, err})
 		}
+		r.recordProblem(before, config)
 		if reterr == nil {
 			config.Status.ObservedGeneration = config.Generation
 		}
@@ -278,6 +283,23 @@ func updateStatus(s *scope) error {
 				bootstrapv1.NotReadyReason, bootstrapv1.ReadyUnknownReason, bootstrapv1.ReadyReason)),
 		)},
 	)
+}
+
+// problemReasons are the DataSecretAvailable reasons that need a user: the spec (or the
+// Cluster) cannot render, or the data was deleted after a node may have used it.
+var problemReasons = []string{bootstrapv1.InvalidConfigurationReason, bootstrapv1.DataSecretCreationFailedReason}
+
+// recordProblem records a Warning event when a config newly reports a problem a user must fix,
+// once per distinct problem (not on every retry).
+func (r *Reconciler) recordProblem(before, after *bootstrapv1.KairosConfig) {
+	now := conditions.Get(after, bootstrapv1.DataSecretAvailableCondition)
+	if r.Recorder == nil || now == nil || now.Status != metav1.ConditionFalse || !slices.Contains(problemReasons, now.Reason) {
+		return
+	}
+	if was := conditions.Get(before, bootstrapv1.DataSecretAvailableCondition); was != nil && was.Reason == now.Reason && was.Message == now.Message {
+		return
+	}
+	r.Recorder.Event(after, corev1.EventTypeWarning, now.Reason, now.Message)
 }
 
 // setOrDelete sets a condition a phase observed, or removes it when the phase found it does

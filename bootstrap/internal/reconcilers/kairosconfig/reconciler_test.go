@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -1297,5 +1298,29 @@ func TestNotConnectedWritesNothing(t *testing.T) {
 	}
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "w"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("data Secret: %v, want none", err)
+	}
+}
+
+// TestProblemEvents: a config that cannot render gets a Warning event with the condition's
+// reason and message, once per distinct problem.
+func TestProblemEvents(t *testing.T) {
+	cluster := newCluster()
+	cluster.Spec.ControlPlaneEndpoint.Host = "not a host name"
+	c := newClient(t, append(pkiObjects(t), cluster, newMachine("w", "v1.31.2"), newConfig("w", bootstrapv1.KairosConfigSpec{}))...)
+	recorder := record.NewFakeRecorder(10)
+	r := &Reconciler{Client: c, APIReader: c, Tokens: &stubTokens{}, Recorder: recorder}
+	r.complete()
+	for range 3 {
+		if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "w"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(recorder.Events)
+	var got []string
+	for e := range recorder.Events {
+		got = append(got, e)
+	}
+	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+bootstrapv1.InvalidConfigurationReason+" Cluster demo spec.controlPlaneEndpoint.host") {
+		t.Errorf("events %q, want one Warning %s naming the field", got, bootstrapv1.InvalidConfigurationReason)
 	}
 }

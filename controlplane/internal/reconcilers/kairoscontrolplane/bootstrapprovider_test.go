@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
@@ -376,5 +377,34 @@ func TestUpToDateWithoutOwnedFields(t *testing.T) {
 	s = e.scope(ctx)
 	if ok, _ := s.upToDate(s.machines["m1"]); ok {
 		t.Error("a changed KairosConfig without managedFields compares equal")
+	}
+}
+
+// TestRecordBootstrapProblem: a Warning event when BootstrapProviderCompatible turns False or
+// says something new while False; none while it stays the same or is True.
+func TestRecordBootstrapProblem(t *testing.T) {
+	cond := func(status metav1.ConditionStatus, reason, msg string) *metav1.Condition {
+		return &metav1.Condition{Type: controlplanev1.BootstrapProviderCompatibleCondition, Status: status, Reason: reason, Message: msg}
+	}
+	refused := cond(metav1.ConditionFalse, controlplanev1.KairosConfigRefusedReason, "refused")
+	for _, tc := range []struct {
+		name          string
+		before, after *metav1.Condition
+		want          int
+	}{
+		{"turns false", cond(metav1.ConditionTrue, controlplanev1.BootstrapProviderCompatibleReason, ""), refused, 1},
+		{"first reconcile, false", nil, refused, 1},
+		{"stays the same", refused, refused, 0},
+		{"new message", refused, cond(metav1.ConditionFalse, controlplanev1.BootstrapProviderNotCompatibleReason, "outside"), 1},
+		{"true", nil, cond(metav1.ConditionTrue, controlplanev1.BootstrapProviderCompatibleReason, ""), 0},
+	} {
+		recorder := record.NewFakeRecorder(5)
+		r := &Reconciler{Recorder: recorder}
+		kcp := &controlplanev1.KairosControlPlane{}
+		kcp.Status.Conditions = []metav1.Condition{*tc.after}
+		r.recordBootstrapProblem(tc.before, kcp)
+		if got := len(recorder.Events); got != tc.want {
+			t.Errorf("%s: %d events, want %d", tc.name, got, tc.want)
+		}
 	}
 }

@@ -9,9 +9,12 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	kerrors "k8s.io/apimachinery/pkg/util/errors"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
@@ -23,6 +26,7 @@ import (
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/collections"
+	"sigs.k8s.io/cluster-api/util/conditions"
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/finalizers"
 	"sigs.k8s.io/cluster-api/util/patch"
@@ -49,6 +53,7 @@ const requeueWhileBusy = 5 * time.Second
 // +kubebuilder:rbac:groups=infrastructure.cluster.x-k8s.io,resources=*,verbs=get;list;watch;create;update;patch;delete
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups=apiextensions.k8s.io,resources=customresourcedefinitions,verbs=get;list;watch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
 
 // Reconciler reconciles KairosControlPlanes.
 type Reconciler struct {
@@ -81,6 +86,9 @@ type Reconciler struct {
 	// Version is this control plane's release (vX.Y.Z), which the version-skew policy compares
 	// with the installed bootstrap provider's; empty or "dev" for builds from a source tree.
 	Version string
+	// Recorder records a Warning event when the control plane cannot create Machines because
+	// of the bootstrap provider; nil records none.
+	Recorder record.EventRecorder
 }
 
 // joiningRequeue is how soon a control plane whose etcd waits for a joining member is looked at
@@ -177,8 +185,10 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	if err != nil {
 		return ctrl.Result{}, err
 	}
+	compatibleBefore := conditions.Get(kcp, controlplanev1.BootstrapProviderCompatibleCondition)
 	defer func() {
 		updateStatus(ctx, s)
+		r.recordBootstrapProblem(compatibleBefore, kcp)
 		opts := []patch.Option{patch.WithOwnedConditions{Conditions: ownedConditions}}
 		if reterr == nil {
 			opts = append(opts, patch.WithStatusObservedGeneration{})
@@ -303,4 +313,17 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		res = util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: joiningRequeue})
 	}
 	return res, nil
+}
+
+// recordBootstrapProblem records a Warning event when BootstrapProviderCompatible turns False or
+// says something new while False: Machines wait for the user to act.
+func (r *Reconciler) recordBootstrapProblem(before *metav1.Condition, kcp *controlplanev1.KairosControlPlane) {
+	now := conditions.Get(kcp, controlplanev1.BootstrapProviderCompatibleCondition)
+	if r.Recorder == nil || now == nil || now.Status != metav1.ConditionFalse {
+		return
+	}
+	if before != nil && before.Status == now.Status && before.Reason == now.Reason && before.Message == now.Message {
+		return
+	}
+	r.Recorder.Event(kcp, corev1.EventTypeWarning, now.Reason, now.Message)
 }
