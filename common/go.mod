@@ -5,6 +5,7 @@ go 1.26.3
 require (
 	github.com/mudler/yip v1.25.1
 	go.yaml.in/yaml/v3 v3.0.4
+	k8s.io/apimachinery v0.36.3
 )
 
 require (
@@ -15,7 +16,6 @@ require (
 	github.com/itchyny/timefmt-go v0.1.8 // indirect
 	github.com/kr/pretty v0.3.1 // indirect
 	github.com/pkg/errors v0.9.1 // indirect
-	github.com/rogpeppe/go-internal v1.14.1 // indirect
 	github.com/twpayne/go-vfs/v5 v5.0.5 // indirect
 	golang.org/x/sys v0.47.0 // indirect
 	gopkg.in/check.v1 v1.0.0-20201130134442-10cb98267c6c // indirect

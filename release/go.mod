@@ -1,6 +1,6 @@
 module github.com/kairos-capi/kairos-capi/release
 
-go 1.26.0
+go 1.26.3
 
 require (
 	github.com/drone/envsubst/v2 v2.0.0-20210730161058-179042472c46
@@ -51,6 +51,7 @@ require (
 	github.com/google/go-querystring v1.2.0 // indirect
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
+	github.com/kairos-capi/kairos-capi/common v0.0.0-00010101000000-000000000000 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/monochromegane/go-gitignore v0.0.0-20200626010858-205db1a8cc00 // indirect
@@ -101,5 +102,6 @@ require (
 
 replace (
 	github.com/kairos-capi/kairos-capi/bootstrap/api => ../bootstrap/api
+	github.com/kairos-capi/kairos-capi/common => ../common
 	github.com/kairos-capi/kairos-capi/controlplane/api => ../controlplane/api
 )

@@ -1,8 +1,9 @@
 module github.com/kairos-capi/kairos-capi/bootstrap/api
 
-go 1.26.0
+go 1.26.3
 
 require (
+	github.com/kairos-capi/kairos-capi/common v0.0.0-00010101000000-000000000000
 	k8s.io/apimachinery v0.36.3
 	sigs.k8s.io/cluster-api/api v1.14.2
 	sigs.k8s.io/yaml v1.6.0
@@ -29,3 +30,5 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
+
+replace github.com/kairos-capi/kairos-capi/common => ../../common

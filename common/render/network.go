@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+
+	"k8s.io/apimachinery/pkg/util/version"
 )
 
 // k0sExternalHostPortVersion is the first k0s release that accepts
@@ -15,7 +17,7 @@ import (
 // pkg/component/controller/apiendpointreconciler.go). Older releases refuse
 // a host:port there and use externalAddress:spec.api.port, which a load
 // balancer listening on another port does not answer.
-var k0sExternalHostPortVersion = [3]int{1, 34, 1}
+var k0sExternalHostPortVersion = version.MustParseSemantic("v1.34.1")
 
 // cidrFamilies parses a Cluster API cidrBlocks list the way k0s and k3s
 // take it: one CIDR, or one IPv4 and one IPv6 CIDR for dual stack. It

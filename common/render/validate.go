@@ -10,16 +10,15 @@ import (
 	"strings"
 	"unicode/utf8"
 
+	"k8s.io/apimachinery/pkg/util/version"
+
 	"github.com/kairos-capi/kairos-capi/common/pki"
+	"github.com/kairos-capi/kairos-capi/common/syntax"
 	"github.com/kairos-capi/kairos-capi/common/token"
 )
 
 var (
-	versionPattern  = regexp.MustCompile(`^v?[0-9]+\.[0-9]+\.[0-9]+([-+][0-9A-Za-z.+-]*)?$`)
 	hostPrefixRegex = regexp.MustCompile(`^[a-z0-9][-a-z0-9]*$`)
-	userNamePattern = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
-	manifestPattern = regexp.MustCompile(`^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$`)
-	envKeyPattern   = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	ownerPartRegex  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
 )
 
@@ -57,87 +56,25 @@ func isDNSName(s string) bool {
 	return label > 0
 }
 
-// isVersion reports whether s matches versionPattern, without a regexp for
-// the common "vX.Y.Z" form.
-func isVersion(s string) bool {
-	t := strings.TrimPrefix(s, "v")
-	for part := 0; part < 3; part++ {
-		digits := 0
-		for digits < len(t) && t[digits] >= '0' && t[digits] <= '9' {
-			digits++
-		}
-		if digits == 0 {
-			return false
-		}
-		t = t[digits:]
-		if part < 2 {
-			if t == "" || t[0] != '.' {
-				return false
-			}
-			t = t[1:]
-		}
-	}
-	return t == "" || versionPattern.MatchString(s)
-}
-
-// isUserName reports whether s matches userNamePattern.
-func isUserName(s string) bool {
-	if s == "" || len(s) > 32 {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case c >= 'a' && c <= 'z', c == '_':
-		case (c >= '0' && c <= '9') || c == '-':
-			if i == 0 {
-				return false
-			}
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // maxHostnameLen leaves room for the 8-character suffix in a 63-character
 // DNS label.
 const maxHostnamePrefixLen = 63 - 8
 
-// versionCore returns the major, minor and patch numbers of a version that
-// isVersion accepts.
-func versionCore(s string) (v [3]int, ok bool) {
-	if !isVersion(s) {
-		return v, false
+// parseVersion parses a KubernetesVersion in the grammar the API uses
+// (syntax.ParseKubernetesVersion). The leading "v" is optional here, as it
+// always was for the renderer: it is added.
+func parseVersion(s string) (*version.Version, error) {
+	if !strings.HasPrefix(s, "v") {
+		s = "v" + s
 	}
-	t := strings.TrimPrefix(s, "v")
-	for part := 0; part < 3; part++ {
-		digits := 0
-		for digits < len(t) && t[digits] >= '0' && t[digits] <= '9' {
-			digits++
-		}
-		n, err := strconv.Atoi(t[:digits])
-		if err != nil {
-			return v, false
-		}
-		v[part] = n
-		t = strings.TrimPrefix(t[digits:], ".")
-	}
-	return v, true
+	return syntax.ParseKubernetesVersion(s)
 }
 
-// atLeast reports whether version is at least min (major, minor, patch).
-func atLeast(version string, min [3]int) bool {
-	v, ok := versionCore(version)
-	if !ok {
-		return false
-	}
-	for i := range v {
-		if v[i] != min[i] {
-			return v[i] > min[i]
-		}
-	}
-	return true
+// atLeast reports whether s is a valid version of at least the release min
+// (pre-release and build metadata do not count).
+func atLeast(s string, min *version.Version) bool {
+	v, err := parseVersion(s)
+	return err == nil && syntax.CompareRelease(v, min) >= 0
 }
 
 // Validate checks a Node and returns every problem found, joined; each is a
@@ -224,10 +161,12 @@ func (n *Node) validateVersion(p *problems) string {
 	switch {
 	case version == "":
 		p.add("KubernetesVersion", "required")
-	case !isVersion(version):
-		p.add("KubernetesVersion", "%q is not a version like v1.31.2", version)
-	case version[0] != 'v':
-		version = "v" + version
+	default:
+		if _, err := parseVersion(version); err != nil {
+			p.add("KubernetesVersion", "%q is not a version like v1.31.2", version)
+		} else if version[0] != 'v' {
+			version = "v" + version
+		}
 	}
 	return version
 }
@@ -327,8 +266,8 @@ func (n *Node) validateFiles(p *problems) {
 func (n *Node) validateManifests(p *problems) {
 	for i, m := range n.Manifests {
 		field := fmt.Sprintf("Manifests[%d]", i)
-		if len(m.Name) > 200 || !manifestPattern.MatchString(m.Name) {
-			p.add(field+".Name", "%q must match %s", m.Name, manifestPattern)
+		if !syntax.IsManifestName(m.Name) {
+			p.add(field+".Name", "%q must match %s", m.Name, syntax.ManifestNamePattern)
 		}
 		for j := range i {
 			if n.Manifests[j].Name == m.Name {
@@ -353,7 +292,7 @@ func (n *Node) validateOptions(p *problems) {
 		}
 	}
 	for k, v := range n.Env {
-		if !envKeyPattern.MatchString(k) {
+		if !syntax.IsEnvName(k) {
 			p.add("Env", "%q is not an environment variable name", k)
 		}
 		if strings.ContainsAny(v, "\r\n") {
@@ -424,8 +363,8 @@ func validateUsers(p *problems, users []User) {
 	}
 	for i, u := range users {
 		field := fmt.Sprintf("Users[%d]", i)
-		if !isUserName(u.Name) {
-			p.add(field+".Name", "%q must match %s", u.Name, userNamePattern)
+		if !syntax.IsLinuxName(u.Name) {
+			p.add(field+".Name", "%q must match %s", u.Name, syntax.LinuxNamePattern)
 		}
 		for j := range i {
 			if users[j].Name == u.Name {

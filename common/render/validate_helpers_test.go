@@ -19,14 +19,18 @@ func TestHandWrittenValidators(t *testing.T) {
 			t.Errorf("isDNSName(%q) = %v, want %v", s, got, want)
 		}
 	}
-	for _, s := range []string{"", "v1.2.3", "1.2.3", "v1.2", "v1.2.3.4", "v1.2.3+k3s1", "v1.2.3-rc.1+k0s.0", "v1.2.3;x", "vv1.2.3", "v01.2.3", "v1.2.3+", "v1..3"} {
-		if got, want := isVersion(s), versionPattern.MatchString(s); got != want {
-			t.Errorf("isVersion(%q) = %v, want %v", s, got, want)
-		}
-	}
-	for _, s := range []string{"", "kairos", "_x", "a-b", "a_b1", "1a", "-a", "A", "a.b", strings.Repeat("a", 32), strings.Repeat("a", 33)} {
-		if got, want := isUserName(s), userNamePattern.MatchString(s); got != want {
-			t.Errorf("isUserName(%q) = %v, want %v", s, got, want)
+}
+
+// TestVersionGrammar: the renderer reads KubernetesVersion in the API's grammar
+// (syntax.ParseKubernetesVersion), with the leading v optional.
+func TestVersionGrammar(t *testing.T) {
+	for s, want := range map[string]bool{
+		"v1.2.3": true, "1.2.3": true, "v1.2.3+k3s1": true, "v1.2.3-rc.1+k0s.0": true, "1.30.0": true,
+		"": false, "v1.2": false, "v1.2.3.4": false, "v1.2.3;x": false, "vv1.2.3": false, "v01.2.3": false,
+		"v1.2.3+": false, "v1..3": false, "latest": false,
+	} {
+		if _, err := parseVersion(s); (err == nil) != want {
+			t.Errorf("parseVersion(%q): %v, want accepted=%v", s, err, want)
 		}
 	}
 }

@@ -1,10 +1,12 @@
 module github.com/kairos-capi/kairos-capi/controlplane/api
 
-go 1.26.0
+go 1.26.3
 
 require (
 	github.com/kairos-capi/kairos-capi/bootstrap/api v0.0.0-00010101000000-000000000000
+	github.com/kairos-capi/kairos-capi/common v0.0.0-00010101000000-000000000000
 	k8s.io/apimachinery v0.36.3
+	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2
 	sigs.k8s.io/cluster-api/api v1.14.2
 )
 
@@ -23,11 +25,13 @@ require (
 	k8s.io/apiextensions-apiserver v0.36.3 // indirect
 	k8s.io/klog/v2 v2.140.0 // indirect
 	k8s.io/kube-openapi v0.0.0-20260317180543-43fb72c5454a // indirect
-	k8s.io/utils v0.0.0-20260210185600-b8788abfbbc2 // indirect
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-replace github.com/kairos-capi/kairos-capi/bootstrap/api => ../../bootstrap/api
+replace (
+	github.com/kairos-capi/kairos-capi/bootstrap/api => ../../bootstrap/api
+	github.com/kairos-capi/kairos-capi/common => ../../common
+)

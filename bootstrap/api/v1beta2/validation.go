@@ -10,18 +10,17 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
+
+	"github.com/kairos-capi/kairos-capi/common/syntax"
 )
 
+// The grammar of Kubernetes versions and of user, group, environment variable and manifest
+// names is the renderer's too: one copy in the common module's syntax package, so that a spec
+// admission accepts is never refused by the renderer for its spelling.
 var (
-	// semverPattern accepts v-prefixed semantic versions, with an optional distribution build
-	// suffix such as +k0s.0 or +k3s1.
-	semverPattern     = regexp.MustCompile(`^v(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
-	linuxNamePattern  = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}$`)
 	githubUserPattern = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9]|-[A-Za-z0-9]){0,38}$`)
 	permissionPattern = regexp.MustCompile(`^0?[0-7]{3}$`)
 	ownerPattern      = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}:[a-z_][a-z0-9_-]{0,31}$|^[0-9]+:[0-9]+$`)
-	envNamePattern    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	manifestPattern   = regexp.MustCompile(`^[a-z0-9][a-z0-9._-]*\.ya?ml$`)
 	// k3sTokenPattern is k3s' secure token format, which pins the server CA.
 	k3sTokenPattern = regexp.MustCompile(`^K10[0-9a-f]{64}::[^:\s]+:\S+$`)
 	sshKeyTypes     = []string{"ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
@@ -50,7 +49,7 @@ func (s *KairosConfigSpec) Validate(fld *field.Path) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(fld.Child("distribution"), s.Distribution, []Distribution{DistributionK0s, DistributionK3s}))
 	}
-	if s.KubernetesVersion != "" && !semverPattern.MatchString(s.KubernetesVersion) {
+	if _, err := syntax.ParseKubernetesVersion(s.KubernetesVersion); s.KubernetesVersion != "" && err != nil {
 		errs = append(errs, field.Invalid(fld.Child("kubernetesVersion"), s.KubernetesVersion,
 			"must be a semantic version with a leading v, for example v1.31.2"))
 	}
@@ -88,7 +87,7 @@ func (s *KairosConfigSpec) Warnings(fld *field.Path) []string {
 
 func (s *KairosConfigSpec) validateUser(fld *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if !linuxNamePattern.MatchString(s.UserName) {
+	if !syntax.IsLinuxName(s.UserName) {
 		errs = append(errs, field.Invalid(fld.Child("userName"), s.UserName,
 			"must be a Linux user name: lower case letters, digits, _ or -, starting with a letter or _, at most 32 characters"))
 	}
@@ -98,7 +97,7 @@ func (s *KairosConfigSpec) validateUser(fld *field.Path) field.ErrorList {
 	}
 	errs = append(errs, validateSecretRef(fld.Child("userPasswordSecretRef"), s.UserPasswordSecretRef)...)
 	for i, g := range s.UserGroups {
-		if !linuxNamePattern.MatchString(g) {
+		if !syntax.IsLinuxName(g) {
 			errs = append(errs, field.Invalid(fld.Child("userGroups").Index(i), g,
 				"must be a Linux group name: lower case letters, digits, _ or -, starting with a letter or _"))
 		}
@@ -152,7 +151,7 @@ func (s *KairosConfigSpec) validateManifests(fld *field.Path) field.ErrorList {
 	seen := map[string]bool{}
 	for i, m := range s.Manifests {
 		p := fld.Index(i)
-		if !manifestPattern.MatchString(m.Name) {
+		if _, ok := syntax.ManifestFileName(m.Name); !ok {
 			errs = append(errs, field.Invalid(p.Child("name"), m.Name,
 				"must be a lower-case file name ending in .yaml or .yml, without directories, for example cni.yaml"))
 		}
@@ -258,7 +257,7 @@ func (s *KairosConfigSpec) validateDistributionOptions(fld *field.Path) field.Er
 		}
 		p := fld.Child(o.name)
 		for name := range o.opts.Env {
-			if !envNamePattern.MatchString(name) {
+			if !syntax.IsEnvName(name) {
 				errs = append(errs, field.Invalid(p.Child("env").Key(name), name,
 					"must be an environment variable name: letters, digits and _, not starting with a digit"))
 			}

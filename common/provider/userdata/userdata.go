@@ -15,6 +15,7 @@ import (
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/merge"
 	"github.com/kairos-capi/kairos-capi/common/render"
+	"github.com/kairos-capi/kairos-capi/common/syntax"
 )
 
 // Ref identifies one key of a Secret in the KairosConfig's namespace.
@@ -194,8 +195,9 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 		if err != nil {
 			return render.Node{}, nil, fmt.Errorf("manifest %s: %w", m.Name, err)
 		}
-		// The API names manifest files; the renderer adds the .yaml extension itself.
-		name := strings.TrimSuffix(strings.TrimSuffix(m.Name, ".yaml"), ".yml")
+		// The API names manifest files; the renderer adds the .yaml extension itself. The
+		// API's validation has refused names that are not manifest file names.
+		name, _ := syntax.ManifestFileName(m.Name)
 		node.Manifests = append(node.Manifests, render.Manifest{Name: name, Content: c})
 	}
 	opts := spec.K0s

@@ -3,48 +3,21 @@ package v1beta2
 import (
 	"fmt"
 	"reflect"
-	"regexp"
-	"strconv"
 	"strings"
 	"text/template"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
+	"k8s.io/apimachinery/pkg/util/version"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/common/syntax"
 )
-
-var versionPattern = regexp.MustCompile(`^v(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z.-]+)?(\+[0-9A-Za-z.-]+)?$`)
 
 // minimumK0sVersion is the first k0s release with the declarative etcd member API
 // (EtcdMember objects with spec.leave): "Starting from version 1.30, k0s also supports a
 // declarative way to remove an etcd member" (docs.k0sproject.io, remove_controller).
-var minimumK0sVersion = Version{Major: 1, Minor: 30, Patch: 0}
-
-// Version is a parsed v-prefixed semantic version; pre-release and build parts are ignored
-// for ordering.
-type Version struct{ Major, Minor, Patch int }
-
-// ParseVersion parses v<major>.<minor>.<patch>[-pre][+build].
-func ParseVersion(v string) (Version, error) {
-	m := versionPattern.FindStringSubmatch(v)
-	if m == nil {
-		return Version{}, fmt.Errorf("%q is not a semantic version with a leading v, for example v1.31.2", v)
-	}
-	atoi := func(s string) int { n, _ := strconv.Atoi(s); return n }
-	return Version{atoi(m[1]), atoi(m[2]), atoi(m[3])}, nil
-}
-
-// Less orders versions by major, minor and patch.
-func (v Version) Less(o Version) bool {
-	if v.Major != o.Major {
-		return v.Major < o.Major
-	}
-	if v.Minor != o.Minor {
-		return v.Minor < o.Minor
-	}
-	return v.Patch < o.Patch
-}
+var minimumK0sVersion = version.MustParseSemantic("v1.30.0")
 
 // Validate checks a defaulted KairosControlPlaneSpec.
 func (s *KairosControlPlaneSpec) Validate(fld *field.Path) field.ErrorList {
@@ -58,12 +31,12 @@ func (s *KairosControlPlaneSpec) Validate(fld *field.Path) field.ErrorList {
 			fmt.Sprintf("must be odd: %d etcd members tolerate no more failures than %d and need one more member for quorum; use %d or %d",
 				*s.Replicas, *s.Replicas-1, *s.Replicas-1, *s.Replicas+1)))
 	}
-	if v, err := ParseVersion(s.Version); err != nil {
+	if v, err := syntax.ParseKubernetesVersion(s.Version); err != nil {
 		errs = append(errs, field.Invalid(fld.Child("version"), s.Version, "must be a semantic version with a leading v, for example v1.31.2"))
-	} else if s.Distribution == bootstrapv1.DistributionK0s && v.Less(minimumK0sVersion) {
+	} else if s.Distribution == bootstrapv1.DistributionK0s && syntax.CompareRelease(v, minimumK0sVersion) < 0 {
 		errs = append(errs, field.Invalid(fld.Child("version"), s.Version, fmt.Sprintf(
-			"k0s releases before v%d.%d.%d have no EtcdMember API, which the control plane uses to make a controller leave etcd before its Machine goes: use v%d.%d.%d or later",
-			minimumK0sVersion.Major, minimumK0sVersion.Minor, minimumK0sVersion.Patch, minimumK0sVersion.Major, minimumK0sVersion.Minor, minimumK0sVersion.Patch)))
+			"k0s releases before v%[1]s have no EtcdMember API, which the control plane uses to make a controller leave etcd before its Machine goes: use v%[1]s or later",
+			minimumK0sVersion)))
 	}
 	ref := s.MachineTemplate.Spec.InfrastructureRef
 	if ref.Name == "" || ref.Kind == "" || ref.APIGroup == "" {
@@ -99,16 +72,16 @@ func (s *KairosControlPlaneSpec) ValidateUpdate(old *KairosControlPlaneSpec, fld
 		errs = append(errs, field.Forbidden(fld.Child("distribution"),
 			fmt.Sprintf("cannot change from %s to %s: a cluster cannot switch distribution in place; create a new cluster and move the workloads", old.Distribution, s.Distribution)))
 	}
-	oldV, err1 := ParseVersion(old.Version)
-	newV, err2 := ParseVersion(s.Version)
+	oldV, err1 := syntax.ParseKubernetesVersion(old.Version)
+	newV, err2 := syntax.ParseKubernetesVersion(s.Version)
 	if err1 == nil && err2 == nil {
 		switch {
-		case newV.Less(oldV):
+		case syntax.CompareRelease(newV, oldV) < 0:
 			errs = append(errs, field.Forbidden(fld.Child("version"),
 				fmt.Sprintf("cannot go down from %s to %s: Kubernetes does not support downgrades; keep %s or move forward", old.Version, s.Version, old.Version)))
-		case newV.Major != oldV.Major || newV.Minor > oldV.Minor+1:
+		case newV.Major() != oldV.Major() || newV.Minor() > oldV.Minor()+1:
 			errs = append(errs, field.Forbidden(fld.Child("version"),
-				fmt.Sprintf("cannot skip a minor version (%s to %s): upgrade to v%d.%d.x first", old.Version, s.Version, oldV.Major, oldV.Minor+1)))
+				fmt.Sprintf("cannot skip a minor version (%s to %s): upgrade to v%d.%d.x first", old.Version, s.Version, oldV.Major(), oldV.Minor()+1)))
 		}
 	}
 	return errs

@@ -1,6 +1,7 @@
 package kairoscontrolplane
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/collections"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
+	"github.com/kairos-capi/kairos-capi/common/syntax"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 
@@ -305,17 +307,12 @@ func versions(machines collections.Machines) ([]clusterv1.StatusVersion, string)
 		out = append(out, clusterv1.StatusVersion{Version: v, Replicas: n})
 	}
 	slices.SortFunc(out, func(a, b clusterv1.StatusVersion) int {
-		va, errA := controlplanev1.ParseVersion(a.Version)
-		vb, errB := controlplanev1.ParseVersion(b.Version)
-		switch {
-		case errA != nil || errB != nil:
+		va, errA := syntax.ParseKubernetesVersion(a.Version)
+		vb, errB := syntax.ParseKubernetesVersion(b.Version)
+		if errA != nil || errB != nil {
 			return strings.Compare(a.Version, b.Version)
-		case va.Less(vb):
-			return -1
-		case vb.Less(va):
-			return 1
 		}
-		return strings.Compare(a.Version, b.Version)
+		return cmp.Or(syntax.CompareRelease(va, vb), strings.Compare(a.Version, b.Version))
 	})
 	if len(out) == 0 {
 		return nil, ""

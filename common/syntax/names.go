@@ -1,0 +1,68 @@
+package syntax
+
+import (
+	"regexp"
+	"strings"
+)
+
+// LinuxNamePattern is the grammar of the Linux user and group names a node gets: the portable
+// names useradd and groupadd accept by default (lower case letters, digits, _ and -, not
+// starting with a digit or -), at most 32 characters. IsLinuxName implements it.
+const LinuxNamePattern = `^[a-z_][a-z0-9_-]{0,31}$`
+
+// IsLinuxName reports whether s matches LinuxNamePattern. It is written out rather than a
+// regular expression because the renderer checks every user of every document.
+func IsLinuxName(s string) bool {
+	if s == "" || len(s) > 32 {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c >= 'a' && c <= 'z', c == '_':
+		case (c >= '0' && c <= '9') || c == '-':
+			if i == 0 {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// EnvNamePattern is the grammar of the environment variable names given to the distribution's
+// service: portable names (letters, digits and _, not starting with a digit), which a shell
+// can read back.
+const EnvNamePattern = `^[A-Za-z_][A-Za-z0-9_]*$`
+
+var envName = regexp.MustCompile(EnvNamePattern)
+
+// IsEnvName reports whether s matches EnvNamePattern.
+func IsEnvName(s string) bool { return envName.MatchString(s) }
+
+// ManifestNamePattern is the grammar of a manifest's name without its extension: the node
+// writes the manifest to <manifest directory>/<name>.yaml (k3s: with a kairos-capi- prefix),
+// so the name is a lower-case file name without directories that neither starts nor ends with
+// punctuation. MaxManifestNameLength bounds it.
+const ManifestNamePattern = `^[a-z0-9]([-a-z0-9._]*[a-z0-9])?$`
+
+// MaxManifestNameLength is the longest manifest name (without extension) a node is given.
+const MaxManifestNameLength = 200
+
+var manifestName = regexp.MustCompile(ManifestNamePattern)
+
+// IsManifestName reports whether name, without extension, matches ManifestNamePattern and is
+// at most MaxManifestNameLength long.
+func IsManifestName(name string) bool {
+	return len(name) <= MaxManifestNameLength && manifestName.MatchString(name)
+}
+
+// ManifestFileName reads a manifest file name as the API takes it (cni.yaml, cni.yml): it
+// returns the name without its extension, which the renderer writes as <name>.yaml, and
+// whether file is a manifest file name: a name IsManifestName accepts followed by .yaml or
+// .yml. One .yaml and then one .yml extension are removed, so cni.yml.yaml is the manifest cni.
+func ManifestFileName(file string) (name string, ok bool) {
+	name = strings.TrimSuffix(strings.TrimSuffix(file, ".yaml"), ".yml")
+	return name, name != file && IsManifestName(name)
+}
