@@ -7,8 +7,8 @@ import (
 )
 
 // Default fills the defaults of a KairosControlPlaneSpec. The embedded KairosConfigSpec is
-// left as written: the controller derives each Machine's KairosConfig from it (see
-// MachineKairosConfigSpec), and defaults are applied there, on both sides of every comparison.
+// left as written: the controller derives each Machine's KairosConfig from it, and defaults
+// are applied there, on both sides of every comparison.
 func (s *KairosControlPlaneSpec) Default() {
 	if s.Replicas == nil {
 		r := DefaultReplicas
@@ -36,17 +36,4 @@ func (r *KairosControlPlaneRolloutSpec) defaultStrategy() {
 		surge := intstr.FromInt32(DefaultMaxSurge)
 		r.Strategy.RollingUpdate.MaxSurge = &surge
 	}
-}
-
-// MachineKairosConfigSpec returns the KairosConfig spec of a control-plane Machine built from
-// base (the inline kairosConfigSpec or the referenced template's spec): the provider owns
-// role, distribution and single-node mode, and defaults are applied so that specs compare
-// equal across provider versions that only add defaults.
-func MachineKairosConfigSpec(base *bootstrapv1.KairosConfigSpec, distribution bootstrapv1.Distribution, singleNode bool) *bootstrapv1.KairosConfigSpec {
-	spec := base.DeepCopy()
-	spec.Role = bootstrapv1.RoleControlPlane
-	spec.Distribution = distribution
-	spec.SingleNode = singleNode
-	spec.Default()
-	return spec
 }

@@ -4,9 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
-	"text/template"
 
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/apimachinery/pkg/util/version"
 
@@ -58,7 +56,7 @@ func (s *KairosControlPlaneSpec) Validate(fld *field.Path) field.ErrorList {
 func (s *KairosControlPlaneSpec) Warnings(fld *field.Path) []string {
 	var warnings []string
 	if s.KairosConfigTemplate == nil {
-		cfg := MachineKairosConfigSpec(&s.KairosConfigSpec, s.Distribution, false)
+		cfg := asMachineConfig(&s.KairosConfigSpec, s.Distribution)
 		warnings = append(warnings, cfg.Warnings(fld.Child("kairosConfigSpec"))...)
 	}
 	return warnings
@@ -122,7 +120,7 @@ func validateShared(fld *field.Path, dist bootstrapv1.Distribution, cfg *bootstr
 		errs = append(errs, field.Forbidden(cfgPath.Child("kubernetesVersion"), "the control plane's spec.version applies: remove it"))
 	}
 	if tmpl == nil && (dist == bootstrapv1.DistributionK0s || dist == bootstrapv1.DistributionK3s) {
-		errs = append(errs, MachineKairosConfigSpec(cfg, dist, false).Validate(cfgPath)...)
+		errs = append(errs, asMachineConfig(cfg, dist).Validate(cfgPath)...)
 	}
 
 	if t := rollout.Strategy.Type; t != "" && t != RollingUpdateStrategyType {
@@ -134,13 +132,10 @@ func validateShared(fld *field.Path, dist bootstrapv1.Distribution, cfg *bootstr
 				"must be 0 or 1: control-plane Machines are replaced one at a time"))
 		}
 	}
-	if naming.Template != "" {
-		p := fld.Child("machineNaming", "template")
-		if !strings.Contains(naming.Template, "{{ .random }}") {
-			errs = append(errs, field.Invalid(p, naming.Template, "must contain {{ .random }} so that Machine names are unique"))
-		} else if _, err := MachineName(naming.Template, "cluster", "controlplane", "abcde"); err != nil {
-			errs = append(errs, field.Invalid(p, naming.Template, err.Error()))
-		}
+	// The controller renders the template; the webhook renders it once with placeholder names
+	// to refuse a template that cannot name a Machine.
+	if naming.Template != "" && !strings.Contains(naming.Template, "{{ .random }}") {
+		errs = append(errs, field.Invalid(fld.Child("machineNaming", "template"), naming.Template, "must contain {{ .random }} so that Machine names are unique"))
 	}
 	errs = append(errs, kubeconfig.ObjectMeta.Validate(fld.Child("kubeconfig", "metadata"))...)
 	return errs
@@ -148,27 +143,15 @@ func validateShared(fld *field.Path, dist bootstrapv1.Distribution, cfg *bootstr
 
 func isZeroConfigSpec(s *bootstrapv1.KairosConfigSpec) bool { return reflect.ValueOf(*s).IsZero() }
 
-// MachineName renders a machine naming template (the default one when empty) and checks the
-// result is a valid Machine name.
-func MachineName(tmpl, clusterName, controlPlaneName, random string) (string, error) {
-	if tmpl == "" {
-		tmpl = DefaultMachineNamingTemplate
-	}
-	t, err := template.New("name").Option("missingkey=error").Parse(tmpl)
-	if err != nil {
-		return "", fmt.Errorf("is not a valid Go template: %v", err)
-	}
-	var b strings.Builder
-	if err := t.Execute(&b, map[string]any{
-		"cluster":            map[string]string{"name": clusterName},
-		"kairosControlPlane": map[string]string{"name": controlPlaneName},
-		"random":             random,
-	}); err != nil {
-		return "", fmt.Errorf("cannot be rendered (use .cluster.name, .kairosControlPlane.name and .random): %v", err)
-	}
-	name := b.String()
-	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
-		return "", fmt.Errorf("renders %q, which is not a valid Machine name: %s", name, strings.Join(msgs, "; "))
-	}
-	return name, nil
+// asMachineConfig is the embedded KairosConfig spec as the bootstrap provider will validate
+// it on every control-plane Machine: with the role and distribution the control plane sets
+// (single-node mode, which depends on the replica count, does not change what is valid), and
+// the bootstrap API's defaults. The controller's own copy of this, with single-node mode, is
+// what it creates and compares Machines with.
+func asMachineConfig(cfg *bootstrapv1.KairosConfigSpec, dist bootstrapv1.Distribution) *bootstrapv1.KairosConfigSpec {
+	spec := cfg.DeepCopy()
+	spec.Role = bootstrapv1.RoleControlPlane
+	spec.Distribution = dist
+	spec.Default()
+	return spec
 }

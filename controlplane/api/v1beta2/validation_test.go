@@ -152,9 +152,6 @@ var invalidSpecs = []struct {
 	{"naming without random", func(s *controlplanev1.KairosControlPlaneSpec) {
 		s.MachineNaming.Template = "{{ .kairosControlPlane.name }}"
 	}, "spec.machineNaming.template", []string{"must contain {{ .random }}"}},
-	{"naming not a template", func(s *controlplanev1.KairosControlPlaneSpec) {
-		s.MachineNaming.Template = "{{ .random }}-{{ .cluster.name"
-	}, "spec.machineNaming.template", []string{"not a valid Go template"}},
 	// kubeconfig Secret metadata
 	{"kubeconfig label", func(s *controlplanev1.KairosControlPlaneSpec) {
 		s.Kubeconfig.ObjectMeta.Labels = map[string]string{"bad key!": "x"}

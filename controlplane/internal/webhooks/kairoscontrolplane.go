@@ -6,6 +6,7 @@ package webhooks
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -18,6 +19,7 @@ import (
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/provider/dryrun"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/internal/desiredstate"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-controlplane-cluster-x-k8s-io-v1beta2-kairoscontrolplane,mutating=true,failurePolicy=fail,groups=controlplane.cluster.x-k8s.io,resources=kairoscontrolplanes,versions=v1beta2,name=default.kairoscontrolplane.controlplane.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
@@ -46,6 +48,7 @@ func (w *KairosControlPlane) Default(_ context.Context, c *controlplanev1.Kairos
 func (w *KairosControlPlane) ValidateCreate(_ context.Context, c *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
 	spec := defaulted(c)
 	errs := spec.Validate(field.NewPath("spec"))
+	errs = append(errs, validateMachineNaming(&spec.MachineNaming, field.NewPath("spec"))...)
 	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, field.NewPath("spec"))...)
 	return spec.Warnings(field.NewPath("spec")), invalid("KairosControlPlane", c.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, field.NewPath("spec")))
 }
@@ -55,6 +58,7 @@ func (w *KairosControlPlane) ValidateCreate(_ context.Context, c *controlplanev1
 func (w *KairosControlPlane) ValidateUpdate(_ context.Context, oldC, newC *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
 	spec := defaulted(newC)
 	errs := spec.ValidateUpdate(defaulted(oldC), field.NewPath("spec"))
+	errs = append(errs, validateMachineNaming(&spec.MachineNaming, field.NewPath("spec"))...)
 	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, field.NewPath("spec"))...)
 	return spec.Warnings(field.NewPath("spec")), invalid("KairosControlPlane", newC.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, field.NewPath("spec")))
 }
@@ -67,6 +71,20 @@ func validateSharedConfig(cfg *bootstrapv1.KairosConfigSpec, fld *field.Path) fi
 	return cfg.ValidateTemplate(fld.Child("kairosConfigSpec"))
 }
 
+// validateMachineNaming renders the machine naming template as the controller will, with
+// placeholder names: a template that cannot be rendered, or renders an invalid Machine name,
+// would stop the control plane at its next Machine. fld is the spec holding machineNaming. The
+// API's validation has already refused a template without {{ .random }}.
+func validateMachineNaming(naming *controlplanev1.MachineNamingSpec, fld *field.Path) field.ErrorList {
+	if naming.Template == "" || !strings.Contains(naming.Template, "{{ .random }}") {
+		return nil
+	}
+	if _, err := desiredstate.MachineName(naming.Template, "cluster", "controlplane", "abcde"); err != nil {
+		return field.ErrorList{field.Invalid(fld.Child("machineNaming", "template"), naming.Template, err.Error())}
+	}
+	return nil
+}
+
 // withDryRun adds the bootstrap provider's dry render of the inline KairosConfig spec, so that a
 // spec every control-plane Machine would be refused data for is refused here, when the user can
 // still fix it, instead of stalling the control plane.
@@ -74,7 +92,7 @@ func withDryRun(errs field.ErrorList, tmpl *controlplanev1.KairosConfigTemplateR
 	if len(errs) > 0 || tmpl != nil {
 		return errs
 	}
-	return dryrun.Render(controlplanev1.MachineKairosConfigSpec(cfg, dist, false), fld.Child("kairosConfigSpec"))
+	return dryrun.Render(desiredstate.KairosConfigSpec(cfg, dist, false), fld.Child("kairosConfigSpec"))
 }
 
 // ValidateDelete allows every deletion.
@@ -153,6 +171,7 @@ func validateTemplate(t *controlplanev1.KairosControlPlaneTemplate) field.ErrorL
 	fld := field.NewPath("spec", "template", "spec")
 	errs := t.Spec.Template.ObjectMeta.Validate(field.NewPath("spec", "template", "metadata"))
 	errs = append(errs, spec.Validate(fld)...)
+	errs = append(errs, validateMachineNaming(&spec.MachineNaming, fld)...)
 	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, fld)...)
 	return withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, fld)
 }

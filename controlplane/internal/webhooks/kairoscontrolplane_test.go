@@ -120,6 +120,13 @@ func TestKairosControlPlaneTemplateCreateAndDefault(t *testing.T) {
 		!strings.Contains(err.Error(), `spec.template.spec.kairosConfigSpec.hostname: Forbidden: every Machine created from this template would be named "cp"`) {
 		t.Errorf("literal hostname accepted: %v", err)
 	}
+	badNaming := kcpTemplate(nil, func(s *controlplanev1.KairosControlPlaneTemplateResourceSpec) {
+		s.MachineNaming.Template = "{{ .random }}-{{ .cluster.name"
+	})
+	if _, err := w.ValidateCreate(context.Background(), badNaming); err == nil || !strings.Contains(err.Error(), "spec.template.spec.machineNaming.template") ||
+		!strings.Contains(err.Error(), "is not a valid Go template") {
+		t.Errorf("naming template that does not parse accepted: %v", err)
+	}
 	badMeta := kcpTemplate(nil, nil)
 	badMeta.Spec.Template.ObjectMeta.Labels = map[string]string{"not a label!": "x"}
 	if _, err := w.ValidateCreate(context.Background(), badMeta); err == nil || !strings.Contains(err.Error(), "spec.template.metadata") {
@@ -192,6 +199,20 @@ func TestKairosControlPlaneWebhook(t *testing.T) {
 		{name: "hostnamePrefix refused with provider IDs from the Machine",
 			mutate:  func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.HostnamePrefix = "cp-" },
 			wantErr: `spec.kairosConfigSpec.hostnamePrefix: Forbidden: with providerID.source Machine (the default) each node is named after its Machine`},
+		// The naming template is rendered as the controller renders it (desiredstate.MachineName).
+		{name: "naming not a template", mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+			s.MachineNaming.Template = "{{ .random }}-{{ .cluster.name"
+		},
+			wantErr: "spec.machineNaming.template: Invalid value: \"{{ .random }}-{{ .cluster.name\": is not a valid Go template"},
+		{name: "naming renders an invalid name", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.MachineNaming.Template = "{{ .random }}_X" },
+			wantErr: "spec.machineNaming.template: Invalid value: \"{{ .random }}_X\": renders \"abcde_X\", which is not a valid Machine name"},
+		{name: "naming uses an unknown key", mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+			s.MachineNaming.Template = "{{ .random }}-{{ .cluster.nam }}"
+		},
+			wantErr: "use .cluster.name, .kairosControlPlane.name and .random"},
+		{name: "naming template", mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+			s.MachineNaming.Template = "{{ .cluster.name }}-cp-{{ .random }}"
+		}},
 		{name: "template reference: no dry render of the empty inline spec",
 			mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}

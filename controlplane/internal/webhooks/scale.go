@@ -45,6 +45,7 @@ func (v *ScaleValidator) Handle(ctx context.Context, req admission.Request) admi
 	replicas := scale.Spec.Replicas
 	spec.Replicas = &replicas
 	errs := spec.Validate(field.NewPath("spec"))
+	errs = append(errs, validateMachineNaming(&spec.MachineNaming, field.NewPath("spec"))...)
 	if len(errs) > 0 {
 		return admission.Denied(errs.ToAggregate().Error())
 	}

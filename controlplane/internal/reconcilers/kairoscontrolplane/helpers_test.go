@@ -36,6 +36,7 @@ import (
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/provider/clustersecret"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/internal/desiredstate"
 )
 
 const (
@@ -291,7 +292,7 @@ func (f *fixture) machine(name string, age time.Duration, opts ...func(*clusterv
 	owner := metav1.OwnerReference{APIVersion: controlplanev1.GroupVersion.String(), Kind: "KairosControlPlane", Name: kcpName, UID: f.kcp.UID}
 	f.configs[name] = &bootstrapv1.KairosConfig{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, Labels: copyMap(m.Labels), OwnerReferences: []metav1.OwnerReference{owner}},
-		Spec:       *controlplanev1.MachineKairosConfigSpec(&f.kcp.Spec.KairosConfigSpec, f.kcp.Spec.Distribution, ptr.Deref(f.kcp.Spec.Replicas, 1) == 1),
+		Spec:       *desiredstate.KairosConfigSpec(&f.kcp.Spec.KairosConfigSpec, f.kcp.Spec.Distribution, ptr.Deref(f.kcp.Spec.Replicas, 1) == 1),
 	}
 	infra := &unstructured.Unstructured{}
 	infra.SetAPIVersion(infraGV.String())

@@ -33,6 +33,7 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/internal/desiredstate"
 )
 
 // machineLabels are the labels of every object of a control-plane Machine.
@@ -48,7 +49,7 @@ func machineLabels(s *scope) map[string]string {
 // machine (cloned from the template, whatever its kind). The etcd-member pre-terminate hook is
 // set from the start, so no Machine can go away without leaving etcd first.
 func (r *Reconciler) createMachine(ctx context.Context, s *scope, failureDomain string, extraAnnotations map[string]string) error {
-	name, err := controlplanev1.MachineName(s.kcp.Spec.MachineNaming.Template, s.cluster.Name, s.kcp.Name, rand.String(5))
+	name, err := desiredstate.MachineName(s.kcp.Spec.MachineNaming.Template, s.cluster.Name, s.kcp.Name, rand.String(5))
 	if err != nil {
 		return fmt.Errorf("spec.machineNaming.template %s", err)
 	}

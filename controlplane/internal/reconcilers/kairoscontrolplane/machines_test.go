@@ -24,6 +24,7 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/internal/desiredstate"
 )
 
 func (e *env) getConfig(name string) *bootstrapv1.KairosConfig {
@@ -164,7 +165,7 @@ func TestCreateMachineShape(t *testing.T) {
 			}
 			// Defaulted, it is what the control plane compares Machines with.
 			config.Spec.Default()
-			if want := controlplanev1.MachineKairosConfigSpec(&f.kcp.Spec.KairosConfigSpec, tc.dist, tc.wantSingleNode); !reflect.DeepEqual(&config.Spec, want) {
+			if want := desiredstate.KairosConfigSpec(&f.kcp.Spec.KairosConfigSpec, tc.dist, tc.wantSingleNode); !reflect.DeepEqual(&config.Spec, want) {
 				t.Errorf("defaulted KairosConfig spec =\n%+v\nwant\n%+v", config.Spec, *want)
 			}
 

@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/failuredomains"
 
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/internal/desiredstate"
 )
 
 // reconcileReplicas brings the Machines to the desired number and spec, one Machine at a time:
@@ -156,7 +157,7 @@ func (r *Reconciler) replacementProblem(ctx context.Context, s *scope) (string, 
 	case !s.bootstrap.compatible():
 		return s.bootstrap.problem, nil
 	}
-	name, err := controlplanev1.MachineName(s.kcp.Spec.MachineNaming.Template, s.cluster.Name, s.kcp.Name, rand.String(5))
+	name, err := desiredstate.MachineName(s.kcp.Spec.MachineNaming.Template, s.cluster.Name, s.kcp.Name, rand.String(5))
 	if err != nil {
 		return "", fmt.Errorf("spec.machineNaming.template %s", err)
 	}

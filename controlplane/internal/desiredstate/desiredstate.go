@@ -1,0 +1,54 @@
+// Package desiredstate computes what the control plane creates for a Machine: its name and
+// its KairosConfig spec. The reconciler creates Machines from it and the admission webhooks
+// check with it that a KairosControlPlane's naming template and embedded KairosConfig spec
+// will work, so both agree by construction.
+package desiredstate
+
+import (
+	"fmt"
+	"strings"
+	"text/template"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+)
+
+// MachineName renders a machine naming template (the default one when empty) and checks the
+// result is a valid Machine name.
+func MachineName(tmpl, clusterName, controlPlaneName, random string) (string, error) {
+	if tmpl == "" {
+		tmpl = controlplanev1.DefaultMachineNamingTemplate
+	}
+	t, err := template.New("name").Option("missingkey=error").Parse(tmpl)
+	if err != nil {
+		return "", fmt.Errorf("is not a valid Go template: %v", err)
+	}
+	var b strings.Builder
+	if err := t.Execute(&b, map[string]any{
+		"cluster":            map[string]string{"name": clusterName},
+		"kairosControlPlane": map[string]string{"name": controlPlaneName},
+		"random":             random,
+	}); err != nil {
+		return "", fmt.Errorf("cannot be rendered (use .cluster.name, .kairosControlPlane.name and .random): %v", err)
+	}
+	name := b.String()
+	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
+		return "", fmt.Errorf("renders %q, which is not a valid Machine name: %s", name, strings.Join(msgs, "; "))
+	}
+	return name, nil
+}
+
+// KairosConfigSpec returns the KairosConfig spec of a control-plane Machine built from base
+// (the inline kairosConfigSpec or the referenced template's spec): the provider owns role,
+// distribution and single-node mode, and defaults are applied so that specs compare equal
+// across provider versions that only add defaults.
+func KairosConfigSpec(base *bootstrapv1.KairosConfigSpec, distribution bootstrapv1.Distribution, singleNode bool) *bootstrapv1.KairosConfigSpec {
+	spec := base.DeepCopy()
+	spec.Role = bootstrapv1.RoleControlPlane
+	spec.Distribution = distribution
+	spec.SingleNode = singleNode
+	spec.Default()
+	return spec
+}
