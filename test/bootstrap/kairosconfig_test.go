@@ -93,9 +93,6 @@ func (tc *testCluster) waitForData(m *machine) (*corev1.Secret, []byte) {
 	if config.Status.DataSecretName != config.Name {
 		t.Fatalf("dataSecretName %q, want the deterministic %q", config.Status.DataSecretName, config.Name)
 	}
-	if !config.Status.Ready {
-		t.Error("deprecated status.ready is not set for v1beta1 consumers")
-	}
 	for _, typ := range []string{bootstrapv1.ReadyCondition, bootstrapv1.DataSecretAvailableCondition} {
 		if !conditions.IsTrue(config, typ) {
 			t.Errorf("condition %s is not true: %+v", typ, conditions.Get(config, typ))

@@ -414,17 +414,20 @@ type KairosConfigStatus struct {
 	// +kubebuilder:validation:MaxLength=253
 	DataSecretName string `json:"dataSecretName,omitempty"`
 
-	// ready mirrors initialization.dataSecretCreated for consumers of the v1beta1 contract.
-	//
-	// Deprecated: read initialization.dataSecretCreated. Kept while Cluster API still reads
-	// it from providers on the v1beta1 contract.
-	// +optional
-	Ready bool `json:"ready,omitempty"`
-
 	// observedGeneration is the latest generation observed by the controller.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+
+	// No status.ready (the v1beta1 contract's "initialization completed"): Cluster API v1.14
+	// reads it only from bootstrap configs on the v1beta1 contract. Its Machine and
+	// MachinePool controllers take the contract from the CRD's latest contract label
+	// (sigs.k8s.io/cluster-api internal/contract/version.go, GetContractVersion) and read
+	// status.ready for v1beta1, status.initialization.dataSecretCreated otherwise
+	// (internal/contract/bootstrap.go, DataSecretCreated); see the book's
+	// developer/providers/contracts/bootstrap-config.md, "Compatibility with the deprecated
+	// v1beta1 contract". The KairosConfig CRD carries the v1beta2 contract label only
+	// (bootstrap/config/crd/kustomization.yaml), and nothing else reads the field.
 }
 
 // KairosConfigInitializationStatus provides observations of the bootstrap data creation.

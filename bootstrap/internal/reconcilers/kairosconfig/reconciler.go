@@ -262,7 +262,6 @@ func updateStatus(s *scope) error {
 	if s.dataSecretName != "" {
 		c.Status.DataSecretName = s.dataSecretName
 		c.Status.Initialization.DataSecretCreated = ptr.To(true)
-		c.Status.Ready = true
 		conditions.Set(c, metav1.Condition{
 			Type:   bootstrapv1.DataSecretAvailableCondition,
 			Status: metav1.ConditionTrue,

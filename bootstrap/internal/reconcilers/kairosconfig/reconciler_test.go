@@ -301,8 +301,8 @@ func TestUpdateStatus(t *testing.T) {
 		if err := updateStatus(&scope{config: c, dataSecretName: "m"}); err != nil {
 			t.Fatal(err)
 		}
-		if c.Status.DataSecretName != "m" || !ptr.Deref(c.Status.Initialization.DataSecretCreated, false) || !c.Status.Ready {
-			t.Errorf("status = %+v, want data secret m, created and (deprecated) ready", c.Status)
+		if c.Status.DataSecretName != "m" || !ptr.Deref(c.Status.Initialization.DataSecretCreated, false) {
+			t.Errorf("status = %+v, want data secret m and created", c.Status)
 		}
 		assertCondition(t, c, bootstrapv1.DataSecretAvailableCondition, metav1.ConditionTrue, bootstrapv1.DataSecretAvailableReason, "")
 		assertCondition(t, c, bootstrapv1.ReadyCondition, metav1.ConditionTrue, bootstrapv1.ReadyReason, "")
@@ -314,7 +314,7 @@ func TestUpdateStatus(t *testing.T) {
 		if err := updateStatus(s); err != nil {
 			t.Fatal(err)
 		}
-		if c.Status.DataSecretName != "" || c.Status.Initialization.DataSecretCreated != nil || c.Status.Ready {
+		if c.Status.DataSecretName != "" || c.Status.Initialization.DataSecretCreated != nil {
 			t.Errorf("status = %+v, want no data", c.Status)
 		}
 		assertCondition(t, c, bootstrapv1.DataSecretAvailableCondition, metav1.ConditionFalse, bootstrapv1.WaitingForInitLockReason, "Machine m0 is initializing")
@@ -324,14 +324,14 @@ func TestUpdateStatus(t *testing.T) {
 		// A wait recorded while data exists (for example a deleted Secret) must not unset the
 		// contract fields Cluster API already acted on.
 		c := newConfig("m", bootstrapv1.KairosConfigSpec{})
-		c.Status.DataSecretName, c.Status.Ready = "m", true
+		c.Status.DataSecretName = "m"
 		c.Status.Initialization.DataSecretCreated = ptr.To(true)
 		s := &scope{config: c}
 		s.wait(bootstrapv1.DataSecretCreationFailedReason, "deleted")
 		if err := updateStatus(s); err != nil {
 			t.Fatal(err)
 		}
-		if c.Status.DataSecretName != "m" || !c.Status.Ready || !ptr.Deref(c.Status.Initialization.DataSecretCreated, false) {
+		if c.Status.DataSecretName != "m" || !ptr.Deref(c.Status.Initialization.DataSecretCreated, false) {
 			t.Errorf("status = %+v", c.Status)
 		}
 		assertCondition(t, c, bootstrapv1.DataSecretAvailableCondition, metav1.ConditionFalse, bootstrapv1.DataSecretCreationFailedReason, "deleted")
@@ -824,7 +824,7 @@ func TestDataSecret(t *testing.T) {
 				t.Errorf("value does not start with #cloud-config")
 			}
 
-			if config.Status.DataSecretName != "m" || !config.Status.Ready {
+			if config.Status.DataSecretName != "m" || !ptr.Deref(config.Status.Initialization.DataSecretCreated, false) {
 				t.Errorf("status = %+v", config.Status)
 			}
 			assertCondition(t, config, bootstrapv1.ReadyCondition, metav1.ConditionTrue, bootstrapv1.ReadyReason, "")
