@@ -58,6 +58,17 @@ const TokenIDAnnotation = "bootstrap.cluster.x-k8s.io/kairos-token-id"
 const ReleaseAnnotation = "bootstrap.cluster.x-k8s.io/kairos-release"
 
 // KairosConfigSpec defines how a Kairos node is bootstrapped into a Kubernetes cluster.
+//
+// The rules between its fields that hold wherever the spec is used (a KairosConfig, a
+// KairosConfigTemplate, a KairosControlPlane's kairosConfigSpec) are CEL rules of the CRDs, so
+// that they hold without the admission webhooks; the webhooks check them too, in the same
+// words, along with the rules CEL cannot express. Rules that depend on the role or distribution
+// of a KairosConfig, which default to worker and k0s when unset, are on the spec fields of
+// KairosConfig and KairosConfigTemplate (the same rules on both): a control plane's
+// kairosConfigSpec has neither, the control plane sets them.
+// +kubebuilder:validation:XValidation:rule="!has(self.userPassword) || size(self.userPassword) == 0 || !has(self.userPasswordSecretRef)",message="userPassword and userPasswordSecretRef are mutually exclusive: keep only userPasswordSecretRef",fieldPath=".userPassword",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.workerToken) || size(self.workerToken) == 0 || !has(self.workerTokenSecretRef)",message="workerToken and workerTokenSecretRef are mutually exclusive: keep only workerTokenSecretRef",fieldPath=".workerToken",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.hostname) || size(self.hostname) == 0 || !has(self.hostnamePrefix) || size(self.hostnamePrefix) == 0",message="hostname and hostnamePrefix are mutually exclusive: a template shared by many Machines should use hostnamePrefix only",fieldPath=".hostnamePrefix",reason="FieldValueForbidden"
 type KairosConfigSpec struct {
 	// role of the node: control-plane or worker. Defaults to worker.
 	// +optional
@@ -235,6 +246,8 @@ type SecretKeyReference struct {
 }
 
 // Manifest is a Kubernetes manifest applied by the first control-plane node.
+// +kubebuilder:validation:XValidation:rule="!has(self.content) || size(self.content) == 0 || !has(self.contentFrom)",message="content and contentFrom are mutually exclusive: keep one",fieldPath=".contentFrom",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="(has(self.content) && size(self.content) > 0) || has(self.contentFrom)",message="set content, or contentFrom to read it from a Secret",fieldPath=".content",reason="FieldValueRequired"
 type Manifest struct {
 	// name of the manifest file (without directory), for example cni.yaml.
 	// +required
@@ -253,6 +266,8 @@ type Manifest struct {
 }
 
 // File is a file written on the node before the distribution starts.
+// +kubebuilder:validation:XValidation:rule="!has(self.content) || size(self.content) == 0 || !has(self.contentFrom)",message="content and contentFrom are mutually exclusive: keep one",fieldPath=".contentFrom",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="(has(self.content) && size(self.content) > 0) || has(self.contentFrom)",message="set content, or contentFrom to read it from a Secret",fieldPath=".content",reason="FieldValueRequired"
 type File struct {
 	// path is the absolute path of the file.
 	// +required
@@ -281,6 +296,8 @@ type File struct {
 }
 
 // Install configures the Kairos installer.
+// +kubebuilder:validation:XValidation:rule="!(has(self.reboot) && self.reboot && has(self.poweroff) && self.poweroff)",message="reboot and poweroff are mutually exclusive: keep reboot to boot into the installed system",fieldPath=".poweroff",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!(has(self.reboot) && !self.reboot && !(has(self.poweroff) && self.poweroff) && (!has(self.auto) || self.auto))",message="the machine would stay in the live installer, where the node never bootstraps: remove reboot: false (it defaults to true), or set poweroff if the infrastructure boots the machine again",fieldPath=".reboot"
 type Install struct {
 	// auto starts the installation without user interaction. Defaults to true.
 	// +optional
@@ -372,6 +389,8 @@ type DistributionOptions struct {
 }
 
 // CloudConfigFragment is a user cloud-config document merged into the generated one.
+// +kubebuilder:validation:XValidation:rule="!has(self.content) || size(self.content) == 0 || !has(self.contentFrom)",message="content and contentFrom are mutually exclusive: keep one",fieldPath=".contentFrom",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="(has(self.content) && size(self.content) > 0) || has(self.contentFrom)",message="set content, or contentFrom to read it from a Secret",fieldPath=".content",reason="FieldValueRequired"
 type CloudConfigFragment struct {
 	// name identifies the fragment in merge errors.
 	// +required
@@ -485,6 +504,14 @@ type KairosConfig struct {
 
 	// spec is the desired bootstrap configuration.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.singleNode) || !self.singleNode || (has(self.role) && self.role == 'control-plane')",message="only control-plane nodes can be single-node: remove singleNode or set role: control-plane",fieldPath=".singleNode",reason="FieldValueForbidden"
+	// +kubebuilder:validation:XValidation:rule="!(has(self.role) && self.role == 'control-plane') || !has(self.workerToken) || size(self.workerToken) == 0",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".workerToken",reason="FieldValueForbidden"
+	// +kubebuilder:validation:XValidation:rule="!(has(self.role) && self.role == 'control-plane') || !has(self.workerTokenSecretRef)",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".workerTokenSecretRef",reason="FieldValueForbidden"
+	// +kubebuilder:validation:XValidation:rule="!has(self.manifests) || size(self.manifests) == 0 || (has(self.role) && self.role == 'control-plane')",message="manifests are applied by the control plane: move them to the control-plane KairosConfig (or KairosControlPlane)",fieldPath=".manifests",reason="FieldValueForbidden"
+	// +kubebuilder:validation:XValidation:rule="!has(self.k0s) || !has(self.k0s.config) || size(self.k0s.config) == 0 || (has(self.role) && self.role == 'control-plane')",message="the k0s ClusterConfig is read by controllers only: remove it from worker configs",fieldPath=".k0s.config",reason="FieldValueForbidden"
+	// +kubebuilder:validation:XValidation:rule="!has(self.virtualIP) || (has(self.role) && self.role == 'control-plane')",message="only control-plane nodes hold the virtual IP: remove it from worker configs",fieldPath=".virtualIP",reason="FieldValueForbidden"
+	// +kubebuilder:validation:XValidation:rule="!has(self.k0s) || !has(self.distribution) || self.distribution == 'k0s'",messageExpression="'k0s options do not apply to distribution ' + self.distribution + ': move them to spec.k3s or set distribution: k0s'",fieldPath=".k0s",reason="FieldValueForbidden"
+	// +kubebuilder:validation:XValidation:rule="!has(self.k3s) || (has(self.distribution) && self.distribution == 'k3s')",messageExpression="'k3s options do not apply to distribution ' + (has(self.distribution) ? self.distribution : 'k0s') + ': move them to spec.k0s or set distribution: k3s'",fieldPath=".k3s",reason="FieldValueForbidden"
 	Spec KairosConfigSpec `json:"spec,omitempty,omitzero"`
 
 	// status is the observed state.

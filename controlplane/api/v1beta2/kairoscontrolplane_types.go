@@ -46,6 +46,20 @@ const (
 )
 
 // KairosControlPlaneSpec is the desired state of a Kairos control plane.
+//
+// The control plane sets the role, distribution, single-node mode and version of every
+// Machine's KairosConfig. The CRD's CEL rules below refuse other values of them in
+// kairosConfigSpec, worker tokens, and the options of the other distribution (an unset
+// distribution is k0s), in the webhook's words, so that they hold without the webhook; the
+// webhook checks them too, with the rules CEL cannot express.
+// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.role) || self.kairosConfigSpec.role == 'control-plane'",message="control-plane Machines have role control-plane: remove it",fieldPath=".kairosConfigSpec.role"
+// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.distribution) || self.kairosConfigSpec.distribution == (has(self.distribution) ? self.distribution : 'k0s')",messageExpression="'differs from spec.distribution ' + (has(self.distribution) ? self.distribution : 'k0s') + ': remove it, the control plane sets it'",fieldPath=".kairosConfigSpec.distribution"
+// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.singleNode) || !self.kairosConfigSpec.singleNode",message="the control plane sets single-node mode itself when replicas is 1: remove it",fieldPath=".kairosConfigSpec.singleNode",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.kubernetesVersion) || size(self.kairosConfigSpec.kubernetesVersion) == 0",message="the control plane's spec.version applies: remove it",fieldPath=".kairosConfigSpec.kubernetesVersion",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.workerToken) || size(self.kairosConfigSpec.workerToken) == 0",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".kairosConfigSpec.workerToken",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.workerTokenSecretRef)",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".kairosConfigSpec.workerTokenSecretRef",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.k0s) || !has(self.distribution) || self.distribution == 'k0s'",messageExpression="'k0s options do not apply to distribution ' + self.distribution + ': move them to spec.k3s or set distribution: k0s'",fieldPath=".kairosConfigSpec.k0s",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.k3s) || (has(self.distribution) && self.distribution == 'k3s')",messageExpression="'k3s options do not apply to distribution ' + (has(self.distribution) ? self.distribution : 'k0s') + ': move them to spec.k0s or set distribution: k3s'",fieldPath=".kairosConfigSpec.k3s",reason="FieldValueForbidden"
 type KairosControlPlaneSpec struct {
 	// replicas is the number of control-plane Machines, each an etcd member. Defaults to 1.
 	// Must be odd: an even number tolerates no more failures than the odd number below it.

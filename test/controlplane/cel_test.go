@@ -1,0 +1,176 @@
+package controlplane_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/test/framework"
+)
+
+// celCases break one cross-field rule each that the KairosControlPlane CRDs hold as CEL rules:
+// the fields of kairosConfigSpec the control plane sets itself, options of the other
+// distribution (an unset spec.distribution is k0s), and the KairosConfigSpec rules that hold
+// wherever the spec is embedded. field is the path under the spec; want is the webhook's words.
+var celCases = []struct {
+	name   string
+	mutate func(*cpSpec)
+	field  string
+	want   string
+}{
+	{"embedded role worker", func(s *cpSpec) { s.KairosConfigSpec.Role = bootstrapv1.RoleWorker },
+		"kairosConfigSpec.role", "control-plane Machines have role control-plane: remove it"},
+	{"embedded distribution", func(s *cpSpec) { s.KairosConfigSpec.Distribution = bootstrapv1.DistributionK3s },
+		"kairosConfigSpec.distribution", "differs from spec.distribution k0s: remove it"},
+	{"embedded distribution differs from k3s", func(s *cpSpec) {
+		s.Distribution, s.KairosConfigSpec.Distribution = bootstrapv1.DistributionK3s, bootstrapv1.DistributionK0s
+	}, "kairosConfigSpec.distribution", "differs from spec.distribution k3s"},
+	{"embedded singleNode", func(s *cpSpec) { s.KairosConfigSpec.SingleNode = true },
+		"kairosConfigSpec.singleNode", "the control plane sets single-node mode itself when replicas is 1: remove it"},
+	{"embedded kubernetesVersion", func(s *cpSpec) { s.KairosConfigSpec.KubernetesVersion = "v1.31.2" },
+		"kairosConfigSpec.kubernetesVersion", "spec.version applies: remove it"},
+	{"embedded worker token", func(s *cpSpec) {
+		s.Distribution, s.KairosConfigSpec.WorkerToken = bootstrapv1.DistributionK3s, "K10abc::server:x"
+	}, "kairosConfigSpec.workerToken", "only workers use a worker token"},
+	{"embedded worker token ref", func(s *cpSpec) {
+		s.KairosConfigSpec.WorkerTokenSecretRef = &bootstrapv1.SecretKeyReference{Name: "tok"}
+	}, "kairosConfigSpec.workerTokenSecretRef", "only workers use a worker token"},
+	{"embedded k3s options without a distribution (k0s)", func(s *cpSpec) {
+		s.KairosConfigSpec.K3s = &bootstrapv1.DistributionOptions{Args: []string{"--debug"}}
+	}, "kairosConfigSpec.k3s", "k3s options do not apply to distribution k0s: move them to spec.k0s or set distribution: k3s"},
+	{"embedded k0s options on k3s", func(s *cpSpec) {
+		s.Distribution = bootstrapv1.DistributionK3s
+		s.KairosConfigSpec.K0s = &bootstrapv1.DistributionOptions{Args: []string{"--debug"}}
+	}, "kairosConfigSpec.k0s", "k0s options do not apply to distribution k3s"},
+	// KairosConfigSpec's own rules, under kairosConfigSpec.
+	{"embedded password twice", func(s *cpSpec) {
+		s.KairosConfigSpec.UserPasswordSecretRef = &bootstrapv1.SecretKeyReference{Name: "pw"}
+	}, "kairosConfigSpec.userPassword", "keep only userPasswordSecretRef"},
+	{"embedded hostname and prefix", func(s *cpSpec) {
+		s.KairosConfigSpec.Hostname, s.KairosConfigSpec.HostnamePrefix = "node", "node-"
+	}, "kairosConfigSpec.hostnamePrefix", "use hostnamePrefix only"},
+	{"embedded file without content", func(s *cpSpec) { s.KairosConfigSpec.Files = []bootstrapv1.File{{Path: "/etc/motd"}} },
+		"kairosConfigSpec.files[0].content", "set content, or contentFrom"},
+}
+
+// celAccepted must pass the rules: what a control-plane Machine may have.
+var celAccepted = []struct {
+	name   string
+	mutate func(*cpSpec)
+}{
+	{"the base", func(*cpSpec) {}},
+	{"embedded role control-plane and the same distribution", func(s *cpSpec) {
+		s.Distribution = bootstrapv1.DistributionK3s
+		s.KairosConfigSpec.Role, s.KairosConfigSpec.Distribution = bootstrapv1.RoleControlPlane, bootstrapv1.DistributionK3s
+		s.KairosConfigSpec.K3s = &bootstrapv1.DistributionOptions{Args: []string{"--debug"}}
+	}},
+	{"embedded control-plane settings without a role", func(s *cpSpec) {
+		s.KairosConfigSpec.Manifests = []bootstrapv1.Manifest{{Name: "cni.yaml", Content: "kind: ConfigMap"}}
+		s.KairosConfigSpec.K0s = &bootstrapv1.DistributionOptions{Config: "spec: {}"}
+		s.KairosConfigSpec.VirtualIP = &bootstrapv1.VirtualIP{Address: "192.0.2.10"}
+	}},
+	{"a config template instead", func(s *cpSpec) {
+		s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}
+		s.KairosConfigTemplate = &controlplanev1.KairosConfigTemplateReference{Name: "cp"}
+	}},
+}
+
+// TestCELRulesWithoutWebhooks creates KairosControlPlanes and KairosControlPlaneTemplates on
+// an API server with the control plane's CRDs and no webhooks: each case is refused by its CEL
+// rule at its field in the webhook's words, and the API validation the webhook runs refuses it
+// the same way.
+func TestCELRulesWithoutWebhooks(t *testing.T) {
+	files, err := framework.ProjectCRDFiles("controlplane")
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds, err := framework.LoadCRDs(files...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The rules are written twice, on KairosControlPlaneSpec and on the template's spec: they
+	// must stay the same.
+	rules := map[string]apiextensionsv1.ValidationRules{}
+	for _, crd := range crds {
+		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+		if crd.Spec.Names.Kind == "KairosControlPlaneTemplate" {
+			spec = spec.Properties["template"].Properties["spec"]
+		}
+		rules[crd.Spec.Names.Kind] = spec.XValidations
+	}
+	if len(rules["KairosControlPlane"]) == 0 || !equality.Semantic.DeepEqual(rules["KairosControlPlane"], rules["KairosControlPlaneTemplate"]) {
+		t.Fatalf("the spec rules of KairosControlPlane and KairosControlPlaneTemplate differ:\n%v\n%v", rules["KairosControlPlane"], rules["KairosControlPlaneTemplate"])
+	}
+
+	env, err := framework.Start(framework.Options{CRDs: crds, Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	if len(env.WebhookInstallOptions.MutatingWebhooks)+len(env.WebhookInstallOptions.ValidatingWebhooks) != 0 {
+		t.Fatal("the schema-only API server has webhooks")
+	}
+	ns := framework.NewNamespace(t, env.Client, "cel-")
+	ctx := framework.Context(t)
+
+	create := func(name string, spec cpSpec) (controlPlane, template error) {
+		controlPlane = env.Client.Create(ctx, kcp(ns, name, spec))
+		template = env.Client.Create(ctx, &controlplanev1.KairosControlPlaneTemplate{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: controlplanev1.KairosControlPlaneTemplateSpec{Template: controlplanev1.KairosControlPlaneTemplateResource{
+				Spec: controlplanev1.KairosControlPlaneTemplateResourceSpec{
+					Distribution: spec.Distribution, KairosConfigSpec: spec.KairosConfigSpec, KairosConfigTemplate: spec.KairosConfigTemplate,
+				},
+			}},
+		})
+		return controlPlane, template
+	}
+
+	for i, tc := range celAccepted {
+		t.Run("accepted/"+tc.name, func(t *testing.T) {
+			spec := validSpec()
+			tc.mutate(&spec)
+			if errK, errT := create(fmt.Sprintf("accepted-%02d", i), spec); errK != nil || errT != nil {
+				t.Fatalf("refused without webhooks: %v / %v", errK, errT)
+			}
+		})
+	}
+
+	for i, tc := range celCases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := validSpec()
+			tc.mutate(&spec)
+			errK, errT := create(fmt.Sprintf("refused-%02d", i), spec)
+			for _, c := range []struct {
+				err  error
+				path string
+			}{{errK, "spec." + tc.field}, {errT, "spec.template.spec." + tc.field}} {
+				if c.err == nil {
+					t.Errorf("accepted without webhooks (want %s refused)", c.path)
+					continue
+				}
+				if msg := c.err.Error(); !strings.Contains(msg, c.path+": ") || !strings.Contains(msg, tc.want) {
+					t.Errorf("refusal does not name %s with %q:\n%v", c.path, tc.want, msg)
+				}
+			}
+
+			// The webhook's API validation refuses it at the same field in the same words.
+			defaulted := spec.DeepCopy()
+			defaulted.Default()
+			found := false
+			for _, e := range defaulted.Validate(field.NewPath("spec")) {
+				found = found || (e.Field == "spec."+tc.field && strings.Contains(e.Error(), tc.want))
+			}
+			if !found {
+				t.Errorf("the webhook's validation does not refuse spec.%s with %q", tc.field, tc.want)
+			}
+		})
+	}
+}
