@@ -92,11 +92,16 @@ type validated struct {
 	k0sConfig string
 }
 
-// validate checks n, one concern at a time.
+// validate checks n one concern at a time, each in its own method, and
+// reports every problem found (in this order, which the tests pin): what the
+// node is, its version, the cluster it joins, its name, users, installation,
+// files and commands, manifests, distribution options, credentials, the
+// distribution's configuration, and text YAML can carry.
 func (n *Node) validate() (validated, error) {
 	var p problems
 	var out validated
 	n.validateKind(&p)
+	n.validateRoleFields(&p)
 	out.version = n.validateVersion(&p)
 	n.validateCluster(&p)
 	n.validateVIP(&p)
@@ -108,19 +113,14 @@ func (n *Node) validate() (validated, error) {
 	validateCommands(&p, "PostCommands", n.PostCommands)
 	n.validateManifests(&p)
 	n.validateOptions(&p)
-	if n.Role == RoleControlPlane {
-		if n.PKI == nil {
-			p.add("PKI", "required on control-plane nodes (init and join)")
-		} else {
-			validatePKI(&p, n.PKI)
-		}
-	}
+	n.validateControlPlanePKI(&p)
 	n.validateJoinToken(&p)
 	out.k0sConfig = n.validateConfig(&p)
 	n.checkUTF8(&p)
 	return out, p.err()
 }
 
+// validateKind checks the distribution and the role.
 func (n *Node) validateKind(p *problems) {
 	switch n.Distribution {
 	case K0s, K3s:
@@ -136,6 +136,11 @@ func (n *Node) validateKind(p *problems) {
 	default:
 		p.add("Role", "unknown role %q (want %q or %q)", n.Role, RoleControlPlane, RoleWorker)
 	}
+}
+
+// validateRoleFields refuses on other nodes what only control-plane nodes
+// take.
+func (n *Node) validateRoleFields(p *problems) {
 	if n.Role == RoleControlPlane {
 		return
 	}
@@ -396,9 +401,22 @@ func validateCommands(p *problems, field string, cmds []string) {
 	}
 }
 
-// validatePKI checks the shape of the PEM data only: rendering runs on every
-// reconcile and must stay cheap; the PKI helpers that created the material
-// validate it properly.
+// validateControlPlanePKI requires the cluster PKI on control-plane nodes
+// (workers are refused one in validateRoleFields).
+func (n *Node) validateControlPlanePKI(p *problems) {
+	if n.Role != RoleControlPlane {
+		return
+	}
+	if n.PKI == nil {
+		p.add("PKI", "required on control-plane nodes (init and join)")
+		return
+	}
+	validatePKI(p, n.PKI)
+}
+
+// validatePKI checks the shape of the PEM data only: it runs on every render
+// and must stay cheap; the PKI helpers that created the material validate it
+// properly.
 func validatePKI(p *problems, k *PKI) {
 	check := func(field string, kp pki.KeyPair, certBlock string) {
 		if !bytes.Contains(kp.Cert, []byte("-----BEGIN "+certBlock+"-----")) {
@@ -414,50 +432,66 @@ func validatePKI(p *problems, k *PKI) {
 	check("PKI.ServiceAccount", k.ServiceAccount, pki.PublicKeyBlockType)
 }
 
+// validateJoinToken checks the tokens of the node's distribution.
 func (n *Node) validateJoinToken(p *problems) {
-	cp := n.Role == RoleControlPlane
 	switch n.Distribution {
 	case K0s:
-		if n.AgentToken != "" {
-			p.add("AgentToken", "only k3s servers take an agent token")
-		}
-		if cp && n.Init {
-			if n.JoinToken != "" {
-				p.add("JoinToken", "the init controller creates the cluster and takes no join token")
-			}
-			return
-		}
-		if n.JoinToken == "" {
-			p.add("JoinToken", "required to join a k0s cluster (a %s token)", n.k0sTokenRole())
-			return
-		}
-		info, err := token.ParseK0sJoinToken(n.JoinToken)
-		if err != nil {
-			p.add("JoinToken", "not a k0s join token: %v", err)
-			return
-		}
-		if want := n.k0sTokenRole(); info.Role != want {
-			p.add("JoinToken", "is a k0s %s token but a %s token is needed", info.Role, want)
-		}
-		if cp && n.PKI != nil && !bytes.Equal(bytes.TrimSpace(info.CACert), bytes.TrimSpace(n.PKI.ClusterCA.Cert)) {
-			p.add("JoinToken", "its CA is not PKI.ClusterCA")
-		}
+		n.validateK0sTokens(p)
 	case K3s:
-		wantUser := token.K3sAgentUser
-		if cp {
-			wantUser = token.K3sServerUser
+		n.validateK3sTokens(p)
+	}
+}
+
+// validateK0sTokens checks the k0s join token: none for the init
+// controller, otherwise one of the node's role, and for controllers one that
+// trusts the cluster CA.
+func (n *Node) validateK0sTokens(p *problems) {
+	cp := n.Role == RoleControlPlane
+	if n.AgentToken != "" {
+		p.add("AgentToken", "only k3s servers take an agent token")
+	}
+	if cp && n.Init {
+		if n.JoinToken != "" {
+			p.add("JoinToken", "the init controller creates the cluster and takes no join token")
 		}
-		hash := n.checkK3sToken(p, "JoinToken", n.JoinToken, wantUser)
-		if !cp {
-			return
-		}
-		if n.AgentToken == "" {
-			p.add("AgentToken", "required on k3s servers: every server must accept the cluster's agent token, or agents joining through it are refused")
-			return
-		}
-		if agentHash := n.checkK3sToken(p, "AgentToken", n.AgentToken, token.K3sAgentUser); hash != "" && agentHash != "" && agentHash != hash {
-			p.add("AgentToken", "pins CA hash %s but JoinToken pins %s", agentHash, hash)
-		}
+		return
+	}
+	if n.JoinToken == "" {
+		p.add("JoinToken", "required to join a k0s cluster (a %s token)", n.k0sTokenRole())
+		return
+	}
+	info, err := token.ParseK0sJoinToken(n.JoinToken)
+	if err != nil {
+		p.add("JoinToken", "not a k0s join token: %v", err)
+		return
+	}
+	if want := n.k0sTokenRole(); info.Role != want {
+		p.add("JoinToken", "is a k0s %s token but a %s token is needed", info.Role, want)
+	}
+	if cp && n.PKI != nil && !bytes.Equal(bytes.TrimSpace(info.CACert), bytes.TrimSpace(n.PKI.ClusterCA.Cert)) {
+		p.add("JoinToken", "its CA is not PKI.ClusterCA")
+	}
+}
+
+// validateK3sTokens checks the k3s tokens: agents join with the agent token,
+// servers with the server token and also accept the agent token, both pinning
+// the same CA.
+func (n *Node) validateK3sTokens(p *problems) {
+	cp := n.Role == RoleControlPlane
+	wantUser := token.K3sAgentUser
+	if cp {
+		wantUser = token.K3sServerUser
+	}
+	hash := n.checkK3sToken(p, "JoinToken", n.JoinToken, wantUser)
+	if !cp {
+		return
+	}
+	if n.AgentToken == "" {
+		p.add("AgentToken", "required on k3s servers: every server must accept the cluster's agent token, or agents joining through it are refused")
+		return
+	}
+	if agentHash := n.checkK3sToken(p, "AgentToken", n.AgentToken, token.K3sAgentUser); hash != "" && agentHash != "" && agentHash != hash {
+		p.add("AgentToken", "pins CA hash %s but JoinToken pins %s", agentHash, hash)
 	}
 }
 
