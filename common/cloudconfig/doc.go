@@ -17,7 +17,7 @@
 //     them.
 //
 // Marshal writes the document straight from the structs with a small block
-// YAML writer: it is deterministic (maps sorted, stages in execution order)
-// and fast enough to run on every reconcile. The yaml tags describe the same
+// YAML writer (internal/yamlenc, which says why it is not yaml.v3's encoder):
+// it is deterministic (maps sorted, stages in execution order) and cheap. The yaml tags describe the same
 // schema for decoding (see Unmarshal) and for other YAML libraries.
 package cloudconfig

@@ -145,9 +145,9 @@ func k0sClusterConfig(n *Node) (string, error) {
 	return string(e.Bytes()), nil
 }
 
-// userConfigCache keeps parsed user ClusterConfigs: a controller renders the
-// same KairosConfig on every reconcile, and parsing YAML is the most
-// expensive step of rendering. Entries are never modified (MergeValues copies
+// userConfigCache keeps parsed user ClusterConfigs: every control-plane
+// Machine of a KairosControlPlane, and every admission dry render of it, has
+// the same one, and parsing YAML is the most expensive step of rendering. Entries are never modified (MergeValues copies
 // what it takes from them); the cache is cleared when it is full.
 type userConfigCache struct {
 	mu      sync.Mutex

@@ -1,10 +1,13 @@
 // Package yamlenc is a small, allocation-light YAML block-style writer.
 //
-// The cloud-config renderer runs on every reconcile and its output is compared
-// byte for byte in golden tests, so it must be fast and deterministic. A
-// reflection-based encoder is several times slower than writing the document
-// from the typed structs directly, so callers walk their structs and call the
-// methods here; this package only decides how each scalar is spelled:
+// The renderer writes every bootstrap document with it (cloudconfig.Config.Marshal,
+// and the k0s ClusterConfig through AnyMap): once per Machine when the
+// bootstrap controller stores the data, and at every admission dry render of a
+// KairosConfig, KairosConfigTemplate or KairosControlPlane. Its output is the
+// goldens' bytes, which the test module loads with yip and kairos-sdk. Callers
+// walk their structs and call the methods here, so the document keeps its own
+// order (stages in execution order, then the distribution blocks); this
+// package only decides how each scalar is spelled:
 //
 //   - plain when the text cannot be read back as anything but the same string,
 //   - a literal block (|, |-, |+) for multi-line printable text, so that
@@ -13,6 +16,21 @@
 //
 // The output is YAML 1.2 and also reads back unchanged with YAML 1.1 parsers
 // (gopkg.in/yaml.v2/v3, go.yaml.in/yaml/v3), which Kairos uses.
+//
+// Why not go.yaml.in/yaml/v3's encoder, which is deterministic too (struct
+// fields in order, map keys sorted)? BenchmarkEncode writes the renderer's 13
+// golden documents both ways (TestEncodersAgree shows they read back equal;
+// yaml.v3 would only quote some scalars differently, so the goldens would
+// change in a few lines each). This package takes 1/13 of the time, 1/16 of
+// the memory and 1/44 of the allocations (0.7-1.2 ms, 275 KB, 233 allocs for
+// all 13, against 12-14 ms, 4.4 MB, 10,300 allocs, on 2 cores), and 1/7 of the
+// time for the k0s ClusterConfig alone. For a k3s agent, the most common
+// node, the document costs 13 µs instead of 320 µs, so yaml.v3 would make the
+// whole render (29 µs, BenchmarkRenderWorker) about 11 times slower; a k0s
+// init controller's document costs 51-67 µs instead of about 1 ms. That keeps
+// it: the bootstrap controller renders once per Machine, but every admission
+// of a KairosConfig, KairosConfigTemplate or KairosControlPlane dry-renders
+// too, and the project measures its providers against Cluster API's own.
 package yamlenc
 
 import (
