@@ -29,7 +29,8 @@ func ref(name, key string) *bootstrapv1.SecretKeyReference {
 }
 
 // invalidCases each break a valid spec once; want are substrings the rejection must contain:
-// the field path and the fix.
+// the field path and the fix. The API server refuses the cross-field cases with the CRDs' CEL
+// rules before the webhook sees them, in the webhook's words (TestCELRulesWithoutWebhooks).
 var invalidCases = []struct {
 	name   string
 	mutate func(*bootstrapv1.KairosConfigSpec)

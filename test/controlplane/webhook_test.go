@@ -42,7 +42,8 @@ type cpSpec = controlplanev1.KairosControlPlaneSpec
 // invalidControlPlanes each break validSpec once. want are substrings the rejection must
 // contain: the field path and what to do. A few rules are enforced by the CRD schema before
 // the webhook runs (enums, minimums, required fields, list keys); their cases expect the
-// schema's wording.
+// schema's wording. The cross-field rules the CRDs hold as CEL rules use the webhook's words
+// (TestCELRulesWithoutWebhooks).
 var invalidControlPlanes = []struct {
 	name   string
 	mutate func(*cpSpec)

@@ -49,9 +49,11 @@ func (s *KairosConfigSpec) Validate(fld *field.Path) field.ErrorList {
 	default:
 		errs = append(errs, field.NotSupported(fld.Child("distribution"), s.Distribution, []Distribution{DistributionK0s, DistributionK3s}))
 	}
-	if _, err := syntax.ParseKubernetesVersion(s.KubernetesVersion); s.KubernetesVersion != "" && err != nil {
-		errs = append(errs, field.Invalid(fld.Child("kubernetesVersion"), s.KubernetesVersion,
-			"must be a semantic version with a leading v, for example v1.31.2"))
+	if s.KubernetesVersion != "" {
+		if _, err := syntax.ParseKubernetesVersion(s.KubernetesVersion); err != nil {
+			errs = append(errs, field.Invalid(fld.Child("kubernetesVersion"), s.KubernetesVersion,
+				"must be a semantic version with a leading v, for example v1.31.2"))
+		}
 	}
 	if s.SingleNode && s.Role != RoleControlPlane {
 		errs = append(errs, field.Forbidden(fld.Child("singleNode"),
