@@ -32,6 +32,7 @@ import (
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 
@@ -80,6 +81,8 @@ type Reconciler struct {
 	Recorder record.EventRecorder
 
 	initLock *initlock.Lock
+	// controller defers reconciles until the cache has seen this controller's writes.
+	controller capicontrollerutil.Controller
 }
 
 // scope holds what one reconciliation knows and observes. Phases record observations here;
@@ -135,27 +138,37 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	r.complete()
 
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", "kairosconfig")
-	filter := builder.WithPredicates(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue))
-	b := ctrl.NewControllerManagedBy(mgr).
-		For(&bootstrapv1.KairosConfig{}, filter).
+	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)
+	b := capicontrollerutil.NewControllerManagedBy(mgr, log).
+		For(&bootstrapv1.KairosConfig{}, builder.WithPredicates(filter)).
 		WithOptions(options).
 		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(machineToConfig), filter).
-		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToConfigs),
-			builder.WithPredicates(clusterChangedForBootstrap{}, predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue))).
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToConfigs), clusterChangedForBootstrap{}, filter).
 		// Data Secrets, cluster certificates and k3s tokens carry the cluster-name label, so the
 		// label-selected cache sees them. They carry no watch-filter label: the mapping filters
 		// the KairosConfigs instead.
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToConfigs), builder.WithPredicates(dataSecretDeletedOrOtherSecret{}))
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToConfigs), dataSecretDeletedOrOtherSecret{})
 	if feature.Gates.Enabled(feature.MachinePool) {
 		b = b.Watches(&clusterv1.MachinePool{}, handler.EnqueueRequestsFromMapFunc(machinePoolToConfig), filter)
 	}
 	if r.ClusterCache != nil {
 		b = b.WatchesRawSource(r.ClusterCache.GetClusterSource("kairosconfig", r.clusterToConfigs))
 	}
-	if err := b.Complete(r); err != nil {
+	c, err := b.Build(ctx, r)
+	if err != nil {
 		return fmt.Errorf("setting up the kairosconfig controller: %w", err)
 	}
+	r.controller = c
 	return nil
+}
+
+// deferUntilCached makes the next reconcile of config wait until the cache has seen what this one
+// wrote: a reconcile from a stale cache would not find the data Secret (and render again) or
+// would recompute a status already written (and patch it again).
+func (r *Reconciler) deferUntilCached(config *bootstrapv1.KairosConfig, gvkt capicontrollerutil.GroupVersionKindType, resourceVersion string) {
+	if r.controller != nil && resourceVersion != "" {
+		r.controller.DeferNextReconcileUntilCacheUpToDate(config, gvkt, resourceVersion)
+	}
 }
 
 // Reconcile brings one KairosConfig closer to having its bootstrap data.
@@ -164,6 +177,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 	config := &bootstrapv1.KairosConfig{}
 	if err := r.Client.Get(ctx, req.NamespacedName, config); err != nil {
+		if apierrors.IsNotFound(err) && r.controller != nil {
+			r.controller.ClearConsistencyStore(req.NamespacedName, "")
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 
@@ -220,7 +236,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		if err := r.Client.Status().Patch(ctx, config, client.MergeFrom(before)); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, fmt.Errorf("patching KairosConfig status: %w", err)})
+			return
 		}
+		r.deferUntilCached(config, capicontrollerutil.StructuredObject(bootstrapv1.GroupVersion, "KairosConfig"), config.ResourceVersion)
 	}()
 
 	if !config.DeletionTimestamp.IsZero() {
