@@ -3,8 +3,8 @@ module github.com/kairos-capi/kairos-capi/bootstrap
 go 1.26.3
 
 require (
-	github.com/kairos-capi/kairos-capi/bootstrap/api v0.0.0-00010101000000-000000000000
-	github.com/kairos-capi/kairos-capi/common v0.0.0-00010101000000-000000000000
+	github.com/kairos-capi/kairos-capi/bootstrap/api v0.2.0
+	github.com/kairos-capi/kairos-capi/common v0.2.0
 	github.com/spf13/pflag v1.0.10
 	k8s.io/api v0.36.3
 	k8s.io/apiextensions-apiserver v0.36.3
@@ -67,7 +67,7 @@ require (
 	github.com/itchyny/gojq v0.12.19 // indirect
 	github.com/itchyny/timefmt-go v0.1.8 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
-	github.com/kairos-capi/kairos-capi/common/provider v0.0.0-00010101000000-000000000000
+	github.com/kairos-capi/kairos-capi/common/provider v0.2.0
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect

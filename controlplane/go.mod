@@ -4,9 +4,9 @@ go 1.26.3
 
 require (
 	github.com/go-logr/logr v1.4.4
-	github.com/kairos-capi/kairos-capi/bootstrap/api v0.0.0-00010101000000-000000000000
-	github.com/kairos-capi/kairos-capi/common v0.0.0-00010101000000-000000000000
-	github.com/kairos-capi/kairos-capi/controlplane/api v0.0.0-00010101000000-000000000000
+	github.com/kairos-capi/kairos-capi/bootstrap/api v0.2.0
+	github.com/kairos-capi/kairos-capi/common v0.2.0
+	github.com/kairos-capi/kairos-capi/controlplane/api v0.2.0
 	github.com/spf13/pflag v1.0.10
 	go.etcd.io/etcd/api/v3 v3.6.14
 	go.etcd.io/etcd/client/v3 v3.6.14
@@ -71,7 +71,7 @@ require (
 	github.com/itchyny/gojq v0.12.19 // indirect
 	github.com/itchyny/timefmt-go v0.1.8 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
-	github.com/kairos-capi/kairos-capi/common/provider v0.0.0-00010101000000-000000000000
+	github.com/kairos-capi/kairos-capi/common/provider v0.2.0
 	github.com/kylelemons/godebug v1.1.0 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect

@@ -3,8 +3,8 @@ module github.com/kairos-capi/kairos-capi/common/provider
 go 1.26.3
 
 require (
-	github.com/kairos-capi/kairos-capi/bootstrap/api v0.0.0-00010101000000-000000000000
-	github.com/kairos-capi/kairos-capi/common v0.0.0-00010101000000-000000000000
+	github.com/kairos-capi/kairos-capi/bootstrap/api v0.2.0
+	github.com/kairos-capi/kairos-capi/common v0.2.0
 	github.com/spf13/pflag v1.0.10
 	k8s.io/api v0.36.3
 	k8s.io/apimachinery v0.36.3

@@ -3,7 +3,7 @@ module github.com/kairos-capi/kairos-capi/controlplane/api
 go 1.26.0
 
 require (
-	github.com/kairos-capi/kairos-capi/bootstrap/api v0.0.0-00010101000000-000000000000
+	github.com/kairos-capi/kairos-capi/bootstrap/api v0.2.0
 	k8s.io/apimachinery v0.36.3
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/cluster-api/api v1.14.2
