@@ -119,3 +119,11 @@ goreleaser-check: ## Validate .goreleaser.yaml with the pinned goreleaser (built
 .PHONY: goreleaser-snapshot
 goreleaser-snapshot: ## Build both manager binaries for this platform into dist/ (goreleaser snapshot, no images).
 	"$$(./hack/goreleaser.sh)" build --snapshot --clean --single-target
+
+# --skip=ko: in a snapshot, ko loads the images into a local Docker daemon (after pulling the
+# base image); see release/goreleaser_test.go.
+.PHONY: goreleaser-release-snapshot
+goreleaser-release-snapshot: ## The release pipeline of one provider into dist/, publishing nothing: PROVIDER=bootstrap|controlplane
+	@if [ "$(PROVIDER)" != bootstrap ] && [ "$(PROVIDER)" != controlplane ]; then \
+		echo "usage: make goreleaser-release-snapshot PROVIDER=bootstrap|controlplane"; exit 2; fi
+	KAIROS_PROVIDER=$(PROVIDER) "$$(./hack/goreleaser.sh)" release --snapshot --clean --skip=publish --skip=ko
