@@ -879,6 +879,28 @@ func TestDataSecret(t *testing.T) {
 	}
 }
 
+// TestK3sWorkerTokenSecretWithTrailingNewline: a k3s worker whose token Secret holds the token
+// plus a newline (what `kubectl create secret generic tok
+// --from-file=value=/var/lib/rancher/k3s/server/agent-token` stores), which admission accepts,
+// gets its bootstrap data.
+func TestK3sWorkerTokenSecretWithTrailingNewline(t *testing.T) {
+	tok, err := token.FormatK3sToken(strings.Repeat("ab", 32), token.K3sAgentUser, "from-file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := newCluster()
+	cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+	spec := bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK3s,
+		WorkerTokenSecretRef: &bootstrapv1.SecretKeyReference{Name: "tok"}}
+	objs := append(pkiObjects(t), cluster, newMachine("m", "v1.31.2"), newConfig("m", spec),
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tok"}, Data: map[string][]byte{"value": []byte(tok + "\n")}})
+	r := NewOffline(newClient(t, objs...))
+	_, config := reconcile(t, r, "m")
+	if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, &corev1.Secret{}); err != nil {
+		t.Fatalf("no bootstrap data for a k3s worker whose token Secret ends with a newline: %+v", config.Status.Conditions)
+	}
+}
+
 func TestDataIsWrittenOnce(t *testing.T) {
 	cluster := newCluster()
 	objs := append(pkiObjects(t), cluster, newMachine("m", "v1.31.2"), newConfig("m", bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane}))

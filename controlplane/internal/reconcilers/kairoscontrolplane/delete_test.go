@@ -1,6 +1,8 @@
 package kairoscontrolplane
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -9,9 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
@@ -141,5 +146,34 @@ func TestReconcileDelete(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDeletingConditionHasAReasonWhenDeleteFails: when reconcileDelete fails before it knows
+// what it waits for (listing Machines fails), updateStatus still sets the Deleting condition
+// with a reason, which the API server requires.
+func TestDeletingConditionHasAReasonWhenDeleteFails(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.kcp.DeletionTimestamp = ptr.To(metav1.Now())
+	f.kcp.Finalizers = []string{Finalizer}
+	calls := 0
+	f.interceptor = &interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		if _, ok := list.(*clusterv1.MachineList); ok {
+			calls++
+			if calls > 1 { // newScope's list passes, reconcileDelete's fails
+				return errors.New("etcd timeout")
+			}
+		}
+		return c.List(ctx, list, opts...)
+	}}
+	e := f.build()
+	s := e.scope(ctx)
+	if _, err := e.r.reconcileDelete(ctx, s); err == nil {
+		t.Fatal("no error")
+	}
+	updateStatus(ctx, s)
+	if c := conditions.Get(f.kcp, controlplanev1.DeletingCondition); c == nil || c.Reason == "" {
+		t.Errorf("Deleting = %+v, want a reason", c)
 	}
 }

@@ -282,6 +282,30 @@ func TestReconcileNormalPhasesCombineRequeues(t *testing.T) {
 	}
 }
 
+// TestReconcileNormalRequeuesAtRolloutAfter: a rollout.after in the future makes
+// reconcileNormal requeue no later than that time, so that the rollout starts then without
+// another event.
+func TestReconcileNormalRequeuesAtRolloutAfter(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.objs = append(f.objs, clusterPKI(t)...)
+	f.machine("m1", 3*time.Hour)
+	f.machine("m2", 2*time.Hour)
+	f.machine("m3", time.Hour)
+	f.kcp.Spec.Rollout.After = metav1.NewTime(time.Now().Add(time.Minute))
+	e := f.build()
+	if _, err := e.r.reconcileNormal(ctx, e.scope(ctx)); err != nil { // creates the kubeconfig
+		t.Fatal(err)
+	}
+	res, err := e.r.reconcileNormal(ctx, e.scope(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Minute {
+		t.Errorf("RequeueAfter = %s, want at most 1m (when rollout.after passes)", res.RequeueAfter)
+	}
+}
+
 func TestClusterToKairosControlPlane(t *testing.T) {
 	f := newFixture(t)
 	got := clusterToKairosControlPlane(context.Background(), f.cluster)
