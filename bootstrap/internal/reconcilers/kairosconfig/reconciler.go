@@ -38,8 +38,7 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/bootstrap/internal/initlock"
-	"github.com/kairos-capi/kairos-capi/common/provider/userdata"
-	"github.com/kairos-capi/kairos-capi/common/token"
+	"github.com/kairos-capi/kairos-capi/common/provider/phases"
 )
 
 // DefaultTokenTTL is how long a generated join token stays valid without a refresh.
@@ -84,51 +83,6 @@ type Reconciler struct {
 	// controller defers reconciles until the cache has seen this controller's writes.
 	controller capicontrollerutil.Controller
 }
-
-// scope holds what one reconciliation knows and observes. Phases record observations here;
-// updateStatus turns them into status in one place.
-type scope struct {
-	config  *bootstrapv1.KairosConfig
-	owner   *configOwner
-	cluster *clusterv1.Cluster
-
-	// inputs gathered by the phases, consumed by the render phase.
-	inputs userdata.Inputs
-
-	// pendingToken is the k0s bootstrap token inside the join token of the inputs; it is
-	// registered in the workload cluster only once the document rendered.
-	pendingToken *pendingToken
-	// tokenID names the bootstrap token generated for this node, if any.
-	tokenID string
-	// joinToken is the JoinTokenAvailable condition to set; nil removes it.
-	joinToken *metav1.Condition
-	// nodeProviderID is the NodeProviderID condition to set; nil removes it.
-	nodeProviderID *metav1.Condition
-
-	// dataSecretName is set once the bootstrap data Secret is known to exist.
-	dataSecretName string
-	// waitReason and waitMessage say why there is no data yet; halted stops the phases.
-	waitReason, waitMessage string
-	halted                  bool
-	// keepStatus leaves the status as it is: nothing is known to have changed.
-	keepStatus bool
-}
-
-// pendingToken is a bootstrap token built for the data but not registered yet.
-type pendingToken struct {
-	token token.BootstrapToken
-	role  token.K0sTokenRole
-}
-
-// wait records why rendering cannot proceed and stops the remaining phases.
-func (s *scope) wait(reason, format string, args ...any) {
-	s.waitReason, s.waitMessage, s.halted = reason, fmt.Sprintf(format, args...), true
-}
-
-// done stops the remaining phases without recording a wait.
-func (s *scope) done() { s.halted = true }
-
-func (s *scope) clusterKey() client.ObjectKey { return util.ObjectKey(s.cluster) }
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
@@ -247,29 +201,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	return r.reconcileNormal(ctx, s)
 }
 
-type phase func(context.Context, *scope) (ctrl.Result, error)
-
 // reconcileNormal runs the phases in order until one fails, waits or finishes the work.
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
-	phases := []phase{
+	return phases.Run(ctx, s,
 		r.reconcileExistingData,
 		r.reconcilePrerequisites,
 		r.reconcileReferencedSecrets,
 		r.reconcileCredentials,
 		r.reconcileDataSecret,
-	}
-	var res ctrl.Result
-	for _, p := range phases {
-		phaseRes, err := p(ctx, s)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		res = util.LowestNonZeroResult(res, phaseRes)
-		if s.halted {
-			break
-		}
-	}
-	return res, nil
+	)
 }
 
 // updateStatus derives the whole status from what the phases observed.

@@ -18,6 +18,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
+	"github.com/kairos-capi/kairos-capi/common/provider/phases"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 
@@ -354,7 +355,7 @@ func TestRemediationReplacement(t *testing.T) {
 	run := func() *scope {
 		t.Helper()
 		s := e.scope(ctx)
-		for _, p := range []phase{e.r.reconcilePreTerminateHooks, e.r.reconcileRemediation, e.r.reconcileReplicas} {
+		for _, p := range []phases.Phase[*scope]{e.r.reconcilePreTerminateHooks, e.r.reconcileRemediation, e.r.reconcileReplicas} {
 			if _, err := p(ctx, s); err != nil {
 				t.Fatal(err)
 			}
@@ -516,7 +517,7 @@ func TestRemediationEndsWithoutAScaleUp(t *testing.T) {
 	// pass runs the phases that matter, then lets deleting Machines go.
 	pass := func() *scope {
 		s := e.scope(ctx)
-		for _, p := range []phase{e.r.reconcileRemediation, e.r.reconcileReplicas} {
+		for _, p := range []phases.Phase[*scope]{e.r.reconcileRemediation, e.r.reconcileReplicas} {
 			if _, err := p(ctx, s); err != nil {
 				t.Fatal(err)
 			}
