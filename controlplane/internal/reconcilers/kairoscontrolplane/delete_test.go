@@ -53,7 +53,7 @@ func TestReconcileDelete(t *testing.T) {
 				f.machine("m2", time.Hour)
 				f.objs = append(f.objs, workerMachine("w1"), workerMachine("w2"))
 			},
-			wantHooks: []string{"m1", "m2"}, wantReason: controlplanev1.DeletingWaitingForWorkers,
+			wantHooks: []string{"m1", "m2"}, wantReason: controlplanev1.DeletingWaitingForWorkersReason,
 			wantMessage:   "waiting for 2 worker Machine(s) and 0 MachinePool(s) to be deleted first: w1, w2",
 			wantFinalizer: true, wantRequeue: requeueWhileBusy},
 		{name: "MachinePools first",
@@ -61,7 +61,7 @@ func TestReconcileDelete(t *testing.T) {
 				f.machine("m1", time.Hour)
 				f.objs = append(f.objs, machinePool("pool", clusterName))
 			},
-			wantHooks: []string{"m1"}, wantReason: controlplanev1.DeletingWaitingForWorkers,
+			wantHooks: []string{"m1"}, wantReason: controlplanev1.DeletingWaitingForWorkersReason,
 			wantMessage:   "waiting for 0 worker Machine(s) and 1 MachinePool(s)",
 			wantFinalizer: true, wantRequeue: requeueWhileBusy},
 		{name: "worker Machines and MachinePools",
@@ -69,7 +69,7 @@ func TestReconcileDelete(t *testing.T) {
 				f.machine("m1", time.Hour)
 				f.objs = append(f.objs, machinePool("pool", clusterName), workerMachine("w1"))
 			},
-			wantHooks: []string{"m1"}, wantReason: controlplanev1.DeletingWaitingForWorkers,
+			wantHooks: []string{"m1"}, wantReason: controlplanev1.DeletingWaitingForWorkersReason,
 			wantMessage:   "waiting for 1 worker Machine(s) and 1 MachinePool(s) to be deleted first: w1",
 			wantFinalizer: true, wantRequeue: requeueWhileBusy},
 		{name: "other Clusters' workers and pools do not count",
@@ -79,7 +79,7 @@ func TestReconcileDelete(t *testing.T) {
 				other.Labels[clusterv1.ClusterNameLabel] = "other"
 				f.objs = append(f.objs, other, machinePool("pool-other", "other"))
 			},
-			wantDeleting: []string{"m1"}, wantReason: controlplanev1.DeletingWaitingForMachines,
+			wantDeleting: []string{"m1"}, wantReason: controlplanev1.DeletingWaitingForMachinesReason,
 			wantMessage:   "deleting control-plane Machine(s) m1",
 			wantFinalizer: true, wantRequeue: requeueWhileBusy},
 		{name: "no workers: hooks removed and control-plane Machines deleted",
@@ -88,7 +88,7 @@ func TestReconcileDelete(t *testing.T) {
 				f.machine("m2", time.Hour, deleting(time.Minute, clusterv1.MachineDeletingWaitingForPreTerminateHookReason))
 				f.machine("m3", time.Hour, withoutHook())
 			},
-			wantDeleting: []string{"m1", "m2", "m3"}, wantReason: controlplanev1.DeletingWaitingForMachines,
+			wantDeleting: []string{"m1", "m2", "m3"}, wantReason: controlplanev1.DeletingWaitingForMachinesReason,
 			wantMessage:   "deleting control-plane Machine(s) m1, m2, m3",
 			wantFinalizer: true, wantRequeue: requeueWhileBusy},
 		{name: "no Machines left: finalizer removed",

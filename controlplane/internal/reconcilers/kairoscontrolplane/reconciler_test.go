@@ -230,7 +230,7 @@ func TestReconcileDeletedControlPlane(t *testing.T) {
 	if kcp == nil {
 		t.Fatal("KairosControlPlane gone while a Machine is left")
 	}
-	assertCondition(t, kcp, controlplanev1.DeletingCondition, metav1.ConditionTrue, controlplanev1.DeletingWaitingForMachines, "m1")
+	assertCondition(t, kcp, controlplanev1.DeletingCondition, metav1.ConditionTrue, controlplanev1.DeletingWaitingForMachinesReason, "m1")
 	if m := e.getMachine("m1"); m.DeletionTimestamp.IsZero() || hasHook(m) {
 		t.Errorf("m1 not deleted or hook kept: %v %v", m.DeletionTimestamp, m.Annotations)
 	}

@@ -315,11 +315,11 @@ func TestUpdateStatusConditions(t *testing.T) {
 				f.kcp.Finalizers = []string{Finalizer}
 			},
 			observe: func(s *scope) {
-				s.deletingReason = controlplanev1.DeletingWaitingForMachines
+				s.deletingReason = controlplanev1.DeletingWaitingForMachinesReason
 				s.deletingMessage = "deleting control-plane Machine(s) m1, m2"
 			},
 			want: map[string]want{
-				controlplanev1.DeletingCondition:  {metav1.ConditionTrue, controlplanev1.DeletingWaitingForMachines, "deleting control-plane Machine(s) m1, m2"},
+				controlplanev1.DeletingCondition:  {metav1.ConditionTrue, controlplanev1.DeletingWaitingForMachinesReason, "deleting control-plane Machine(s) m1, m2"},
 				controlplanev1.AvailableCondition: {metav1.ConditionFalse, controlplanev1.NotAvailableReason, ""},
 			}},
 	}
