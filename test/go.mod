@@ -4,12 +4,12 @@ go 1.26.5
 
 require (
 	github.com/go-logr/logr v1.4.4
-	github.com/kairos-capi/kairos-capi/bootstrap v0.0.0-00010101000000-000000000000
-	github.com/kairos-capi/kairos-capi/bootstrap/api v0.0.0-00010101000000-000000000000
-	github.com/kairos-capi/kairos-capi/common v0.0.0-00010101000000-000000000000
-	github.com/kairos-capi/kairos-capi/controlplane v0.0.0-00010101000000-000000000000
-	github.com/kairos-capi/kairos-capi/controlplane/api v0.0.0-00010101000000-000000000000
-	github.com/kairos-capi/kairos-capi/release v0.0.0-00010101000000-000000000000
+	github.com/kairos-capi/kairos-capi/bootstrap v0.2.0
+	github.com/kairos-capi/kairos-capi/bootstrap/api v0.2.0
+	github.com/kairos-capi/kairos-capi/common v0.2.0
+	github.com/kairos-capi/kairos-capi/controlplane v0.2.0
+	github.com/kairos-capi/kairos-capi/controlplane/api v0.2.0
+	github.com/kairos-capi/kairos-capi/release v0.0.0
 	github.com/kairos-io/kairos-sdk v0.25.3
 	github.com/mudler/yip v1.25.1
 	github.com/santhosh-tekuri/jsonschema/v5 v5.3.1
@@ -125,7 +125,7 @@ require (
 	github.com/jbenet/go-context v0.0.0-20150711004518-d14ea06fba99 // indirect
 	github.com/joho/godotenv v1.5.1 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
-	github.com/kairos-capi/kairos-capi/common/provider v0.0.0-00010101000000-000000000000
+	github.com/kairos-capi/kairos-capi/common/provider v0.2.0
 	github.com/kevinburke/ssh_config v1.2.0 // indirect
 	github.com/klauspost/compress v1.19.1 // indirect
 	github.com/klauspost/cpuid/v2 v2.3.0 // indirect

@@ -3,7 +3,7 @@
 //
 // In kairos-capi the management cluster owns the PKI: the control-plane
 // provider creates the cluster CAs (the <cluster>-ca, -etcd, -proxy and -sa
-// secrets Cluster API expects), writes the admin kubeconfig from the CA, and
+// secrets Cluster API expects), signs the client certificate of the admin kubeconfig, and
 // hands the CAs to control-plane nodes as files. Nodes never call back to
 // fetch or push credentials, so everything a node trusts comes from here.
 //

@@ -1,7 +1,6 @@
 package pki
 
 import (
-	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -9,15 +8,12 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/base64"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"math/big"
 	"net"
 	"time"
-
-	"github.com/kairos-capi/kairos-capi/common/internal/kubeconfig"
 )
 
 // PEM block types.
@@ -346,28 +342,3 @@ func CertificateNotAfter(certPEM []byte) (time.Time, error) {
 	}
 	return c.NotAfter, nil
 }
-
-// Kubeconfig builds a kubeconfig with client-certificate credentials. The
-// cluster entry is named clusterName, the user entry user and the context
-// "<user>@<clusterName>", as Cluster API names them in <cluster>-kubeconfig.
-func Kubeconfig(clusterName, server string, caCert []byte, user string, client *KeyPair) ([]byte, error) {
-	switch {
-	case clusterName == "":
-		return nil, errors.New("pki: kubeconfig cluster name is empty")
-	case server == "":
-		return nil, errors.New("pki: kubeconfig server is empty")
-	case user == "":
-		return nil, errors.New("pki: kubeconfig user is empty")
-	case client == nil || len(client.Cert) == 0 || len(client.Key) == 0:
-		return nil, errors.New("pki: kubeconfig client key pair is empty")
-	case !bytes.Contains(caCert, []byte("-----BEGIN "+CertificateBlockType)):
-		return nil, errors.New("pki: kubeconfig CA is not a PEM certificate")
-	}
-	cfg := kubeconfig.New(clusterName, user+"@"+clusterName, server, caCert, user, kubeconfig.AuthInfo{
-		ClientCertificateData: b64(client.Cert),
-		ClientKeyData:         b64(client.Key),
-	})
-	return cfg.Marshal()
-}
-
-func b64(b []byte) string { return base64.StdEncoding.EncodeToString(b) }

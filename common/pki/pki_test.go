@@ -7,14 +7,11 @@ import (
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
-	"encoding/base64"
 	"net"
 	"slices"
 	"sync"
 	"testing"
 	"time"
-
-	"go.yaml.in/yaml/v3"
 )
 
 var (
@@ -177,84 +174,6 @@ func TestParseKeyPairMismatch(t *testing.T) {
 	}
 	if _, err := ParsePrivateKey([]byte("junk")); err == nil {
 		t.Fatal("junk key accepted")
-	}
-}
-
-// kubeconfigFile is decoded with local structs, independent of the package's
-// own types.
-type kubeconfigFile struct {
-	APIVersion     string `yaml:"apiVersion"`
-	Kind           string `yaml:"kind"`
-	CurrentContext string `yaml:"current-context"`
-	Clusters       []struct {
-		Name    string `yaml:"name"`
-		Cluster struct {
-			Server string `yaml:"server"`
-			CAData string `yaml:"certificate-authority-data"`
-		} `yaml:"cluster"`
-	} `yaml:"clusters"`
-	Contexts []struct {
-		Name    string `yaml:"name"`
-		Context struct {
-			Cluster string `yaml:"cluster"`
-			User    string `yaml:"user"`
-		} `yaml:"context"`
-	} `yaml:"contexts"`
-	Users []struct {
-		Name string `yaml:"name"`
-		User struct {
-			CertData string `yaml:"client-certificate-data"`
-			KeyData  string `yaml:"client-key-data"`
-		} `yaml:"user"`
-	} `yaml:"users"`
-}
-
-func TestKubeconfig(t *testing.T) {
-	authority := ca(t)
-	client, err := authority.SignClient("demo-admin", []string{"system:masters"}, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := Kubeconfig("demo", "https://api.demo.example.com:6443", authority.Cert, "demo-admin", client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var kc kubeconfigFile
-	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&kc); err != nil {
-		t.Fatalf("%v\n%s", err, data)
-	}
-	if kc.APIVersion != "v1" || kc.Kind != "Config" || kc.CurrentContext != "demo-admin@demo" {
-		t.Fatalf("header %+v", kc)
-	}
-	if len(kc.Clusters) != 1 || kc.Clusters[0].Name != "demo" || kc.Clusters[0].Cluster.Server != "https://api.demo.example.com:6443" {
-		t.Fatalf("clusters %+v", kc.Clusters)
-	}
-	caData, err := base64.StdEncoding.DecodeString(kc.Clusters[0].Cluster.CAData)
-	if err != nil || !bytes.Equal(caData, authority.Cert) {
-		t.Fatalf("kubeconfig does not carry the CA: %v", err)
-	}
-	if len(kc.Contexts) != 1 || kc.Contexts[0].Name != "demo-admin@demo" || kc.Contexts[0].Context.Cluster != "demo" || kc.Contexts[0].Context.User != "demo-admin" {
-		t.Fatalf("contexts %+v", kc.Contexts)
-	}
-	if len(kc.Users) != 1 || kc.Users[0].Name != "demo-admin" {
-		t.Fatalf("users %+v", kc.Users)
-	}
-	certPEM, _ := base64.StdEncoding.DecodeString(kc.Users[0].User.CertData)
-	keyPEM, _ := base64.StdEncoding.DecodeString(kc.Users[0].User.KeyData)
-	if _, _, err := ParseKeyPair(KeyPair{Cert: certPEM, Key: keyPEM}); err != nil {
-		t.Fatalf("client credentials: %v", err)
-	}
-	for _, bad := range []func() ([]byte, error){
-		func() ([]byte, error) { return Kubeconfig("", "https://x", authority.Cert, "u", client) },
-		func() ([]byte, error) { return Kubeconfig("c", "", authority.Cert, "u", client) },
-		func() ([]byte, error) { return Kubeconfig("c", "https://x", []byte("nope"), "u", client) },
-		func() ([]byte, error) { return Kubeconfig("c", "https://x", authority.Cert, "", client) },
-		func() ([]byte, error) { return Kubeconfig("c", "https://x", authority.Cert, "u", nil) },
-	} {
-		if _, err := bad(); err == nil {
-			t.Error("invalid kubeconfig input accepted")
-		}
 	}
 }
 

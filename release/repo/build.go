@@ -94,7 +94,7 @@ func Build(opts Options) (*Release, error) {
 		return nil, err
 	}
 
-	components, err := BuildComponents(filepath.Join(opts.Root, p.ConfigDir), p.ImageReference(opts.ImageRepository, opts.Version))
+	components, err := BuildProviderComponents(opts.Root, p, opts.ImageRepository, opts.Version)
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +153,28 @@ func kustomize(dir string) (resmap.ResMap, error) {
 	return m, nil
 }
 
+// BuildProviderComponents builds the components YAML of a release of a Kairos provider:
+// BuildComponents with the release's manager image, and every CRD annotated with the
+// provider's ReleaseAnnotation set to the version.
+func BuildProviderComponents(root string, p Provider, imageRepository, version string) ([]byte, error) {
+	m, err := kustomize(filepath.Join(root, p.ConfigDir))
+	if err != nil {
+		return nil, err
+	}
+	if err := setManagerImage(m, p.ImageReference(imageRepository, version)); err != nil {
+		return nil, err
+	}
+	for _, res := range m.Resources() {
+		if res.GetKind() != "CustomResourceDefinition" {
+			continue
+		}
+		if err := res.PipeE(kyaml.SetAnnotation(p.ReleaseAnnotation, version)); err != nil {
+			return nil, fmt.Errorf("%s: setting annotation %s: %w", res.CurId(), p.ReleaseAnnotation, err)
+		}
+	}
+	return m.AsYaml()
+}
+
 // BuildComponents builds a provider's components YAML and sets the image of every container
 // named manager to image.
 func BuildComponents(configDir, image string) ([]byte, error) {
@@ -160,31 +182,39 @@ func BuildComponents(configDir, image string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := setManagerImage(m, image); err != nil {
+		return nil, err
+	}
+	return m.AsYaml()
+}
+
+// setManagerImage sets the image of every container named manager of every Deployment.
+func setManagerImage(m resmap.ResMap, image string) error {
 	for _, res := range m.Resources() {
 		if res.GetKind() != "Deployment" {
 			continue
 		}
 		containers, err := res.Pipe(kyaml.Lookup("spec", "template", "spec", "containers"))
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", res.CurId(), err)
+			return fmt.Errorf("%s: %w", res.CurId(), err)
 		}
 		if containers == nil {
 			continue
 		}
 		elements, err := containers.Elements()
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", res.CurId(), err)
+			return fmt.Errorf("%s: %w", res.CurId(), err)
 		}
 		for _, c := range elements {
 			if kyaml.GetValue(c.Field("name").Value) != "manager" {
 				continue
 			}
 			if err := c.PipeE(kyaml.SetField("image", kyaml.NewStringRNode(image))); err != nil {
-				return nil, fmt.Errorf("%s: setting the manager image: %w", res.CurId(), err)
+				return fmt.Errorf("%s: setting the manager image: %w", res.CurId(), err)
 			}
 		}
 	}
-	return m.AsYaml()
+	return nil
 }
 
 // Write writes the release into out/<label>/<version>/, replacing that folder only: other

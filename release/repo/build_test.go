@@ -40,6 +40,44 @@ func TestReleaseFiles(t *testing.T) {
 	}
 }
 
+// Every CRD of a built release names the release under the provider's own annotation (the
+// constant of its API module), and carries no other provider's: the control-plane provider
+// reads the bootstrap provider's to enforce its version-skew policy.
+func TestReleaseStampsEveryCRD(t *testing.T) {
+	for _, p := range []Provider{Bootstrap, ControlPlane} {
+		t.Run(p.Name, func(t *testing.T) {
+			r := buildRelease(t, p, "v0.2.0")
+			objs, err := ParseObjects(r.Files[p.ComponentsFile])
+			if err != nil {
+				t.Fatal(err)
+			}
+			other := ControlPlane
+			if p.Name == ControlPlane.Name {
+				other = Bootstrap
+			}
+			crds := 0
+			for _, o := range objs {
+				if o.GetKind() != "CustomResourceDefinition" {
+					continue
+				}
+				crds++
+				if got := o.GetAnnotations()[p.ReleaseAnnotation]; got != "v0.2.0" {
+					t.Errorf("%s: annotation %s is %q, want v0.2.0", o.GetName(), p.ReleaseAnnotation, got)
+				}
+				if got, ok := o.GetAnnotations()[other.ReleaseAnnotation]; ok {
+					t.Errorf("%s: carries the %s provider's annotation %s=%q", o.GetName(), other.Name, other.ReleaseAnnotation, got)
+				}
+			}
+			if crds < 2 {
+				t.Errorf("want the provider's CRDs in the components, got %d", crds)
+			}
+		})
+	}
+	if Bootstrap.ReleaseAnnotation != "bootstrap.cluster.x-k8s.io/kairos-release" || ControlPlane.ReleaseAnnotation != "controlplane.cluster.x-k8s.io/kairos-release" {
+		t.Errorf("release annotations are %q and %q", Bootstrap.ReleaseAnnotation, ControlPlane.ReleaseAnnotation)
+	}
+}
+
 // One output folder holds several versions of both providers: adding a release keeps the
 // others, and rebuilding a version replaces only that version.
 func TestWriteKeepsOtherVersionsAndProviders(t *testing.T) {

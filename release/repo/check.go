@@ -52,6 +52,11 @@ const (
 	// versions of that CRD ("_"-separated), so Cluster API knows which version follows the
 	// v1beta2 contract.
 	RuleCRDContractLabel = "crd-contract-label"
+	// RuleCRDReleaseAnnotation: every CRD carries the provider's release annotation
+	// (Provider.ReleaseAnnotation) set to the release version, so that a management cluster
+	// knows which release installed it: the control-plane provider reads the bootstrap
+	// provider's to enforce its version-skew policy.
+	RuleCRDReleaseAnnotation = "crd-release-annotation"
 	// RuleCRDName: every CRD is named as Cluster API looks it up:
 	// contract.CalculateCRDName(group, kind), that is <lower-case plural kind>.<group>.
 	RuleCRDName = "crd-name"
@@ -315,6 +320,7 @@ func CheckComponents(p Provider, version, imageRepository string, data []byte) (
 		switch o.GetKind() {
 		case "CustomResourceDefinition":
 			checkCRD(&out, file, o)
+			checkReleaseAnnotation(&out, file, o, p, version)
 		case "Deployment":
 			deployments++
 			checkDeployment(&out, &warnings, file, o, p, version, imageRepository)
@@ -381,6 +387,16 @@ func checkCRD(out *violations, file string, o *unstructured.Unstructured) {
 		if !served[v] {
 			out.add(RuleCRDContractLabel, file, name, "label %s=%s names version %q, which the CRD does not serve", ContractLabel, value, v)
 		}
+	}
+}
+
+func checkReleaseAnnotation(out *violations, file string, o *unstructured.Unstructured, p Provider, version string) {
+	got, ok := o.GetAnnotations()[p.ReleaseAnnotation]
+	switch {
+	case !ok:
+		out.add(RuleCRDReleaseAnnotation, file, objectName(o), "has no annotation %s: build the components with BuildProviderComponents, which sets it to the release version %s", p.ReleaseAnnotation, version)
+	case got != version:
+		out.add(RuleCRDReleaseAnnotation, file, objectName(o), "annotation %s is %q, want the release version %q", p.ReleaseAnnotation, got, version)
 	}
 }
 

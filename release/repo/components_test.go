@@ -22,6 +22,11 @@ func TestComponentsOfBothProvidersFollowTheContract(t *testing.T) {
 			for _, o := range objs {
 				if o.GetKind() == "CustomResourceDefinition" {
 					crds++
+					// What the control-plane provider reads: the release on every CRD of the
+					// provider, under the annotation its API module declares.
+					if got := o.GetAnnotations()[p.ReleaseAnnotation]; got != "v0.1.0" {
+						t.Errorf("%s: annotation %s is %q, want v0.1.0", o.GetName(), p.ReleaseAnnotation, got)
+					}
 				}
 			}
 			if crds < 2 {
@@ -184,6 +189,31 @@ func TestComponentsChecksFire(t *testing.T) {
 			rule: RuleCRDName, object: "CustomResourceDefinition kcps.controlplane.cluster.x-k8s.io",
 		},
 		{
+			name: "CRD without the release annotation",
+			break_: func(t *testing.T, objs []*unstructured.Unstructured) []*unstructured.Unstructured {
+				crd := first(t, objs, "CustomResourceDefinition", "kairoscontrolplanetemplates")
+				annotations := crd.GetAnnotations()
+				delete(annotations, ControlPlane.ReleaseAnnotation)
+				crd.SetAnnotations(annotations)
+				return objs
+			},
+			rule: RuleCRDReleaseAnnotation, object: "CustomResourceDefinition kairoscontrolplanetemplates.controlplane.cluster.x-k8s.io",
+		},
+		{
+			name: "CRD annotated with another release",
+			raw: func(s string) string {
+				return strings.Replace(s, ControlPlane.ReleaseAnnotation+": v0.1.0", ControlPlane.ReleaseAnnotation+": v0.0.9", 1)
+			},
+			rule: RuleCRDReleaseAnnotation, object: "CustomResourceDefinition",
+		},
+		{
+			name: "CRD with the other provider's release annotation only",
+			raw: func(s string) string {
+				return strings.Replace(s, ControlPlane.ReleaseAnnotation+": v0.1.0", Bootstrap.ReleaseAnnotation+": v0.1.0", 1)
+			},
+			rule: RuleCRDReleaseAnnotation, object: "CustomResourceDefinition",
+		},
+		{
 			name: "lower-case variable",
 			raw: func(s string) string {
 				return strings.Replace(s, "${KAIROS_CONTROLPLANE_LOG_LEVEL:=2}", "${log_level:=2}", 1)
@@ -295,7 +325,7 @@ func TestComponentsWarnAboutAManagerCommandOutsideTheImage(t *testing.T) {
 
 func TestImageRepositoryOverride(t *testing.T) {
 	const repo = "registry.example.com/kairos/bootstrap"
-	data, err := BuildComponents(root(t)+"/"+Bootstrap.ConfigDir, Bootstrap.ImageReference(repo, "v0.3.1"))
+	data, err := BuildProviderComponents(root(t), Bootstrap, repo, "v0.3.1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package repo
 import (
 	"bytes"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -43,7 +42,7 @@ func components(t *testing.T, p Provider) []byte {
 	v, _ := componentsOnce.LoadOrStore(p.Name, &builtComponents{})
 	b := v.(*builtComponents)
 	b.once.Do(func() {
-		b.data, b.err = BuildComponents(filepath.Join(root(t), p.ConfigDir), p.ImageReference("", "v0.1.0"))
+		b.data, b.err = BuildProviderComponents(root(t), p, "", "v0.1.0")
 	})
 	if b.err != nil {
 		t.Fatal(b.err)

@@ -4,6 +4,9 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 
 // Provider describes one of the two clusterctl providers this repository releases.
@@ -33,32 +36,38 @@ type Provider struct {
 	// Templates says whether the provider's repository ships the cluster templates of
 	// config/templates.
 	Templates bool
+	// ReleaseAnnotation is the annotation every CRD of the provider's components carries,
+	// naming the release (vX.Y.Z) that installed it: the control-plane provider reads the
+	// bootstrap provider's to enforce its version-skew policy.
+	ReleaseAnnotation string
 }
 
 // The two providers. Their release series are independent (see MetadataFile).
 var (
 	Bootstrap = Provider{
-		Name:            "bootstrap",
-		Label:           "bootstrap-kairos",
-		Type:            "BootstrapProvider",
-		ConfigDir:       "bootstrap/config/default",
-		ComponentsFile:  "bootstrap-components.yaml",
-		ImageVariable:   "KAIROS_BOOTSTRAP_IMAGE",
-		ImageRepository: "ghcr.io/kairos-capi/kairos-bootstrap-manager",
-		ImageEntrypoint: "/ko-app/bootstrap",
-		MetadataFile:    "release/metadata/bootstrap.yaml",
+		Name:              "bootstrap",
+		Label:             "bootstrap-kairos",
+		Type:              "BootstrapProvider",
+		ConfigDir:         "bootstrap/config/default",
+		ComponentsFile:    "bootstrap-components.yaml",
+		ImageVariable:     "KAIROS_BOOTSTRAP_IMAGE",
+		ImageRepository:   "ghcr.io/kairos-capi/kairos-bootstrap-manager",
+		ImageEntrypoint:   "/ko-app/bootstrap",
+		MetadataFile:      "release/metadata/bootstrap.yaml",
+		ReleaseAnnotation: bootstrapv1.ReleaseAnnotation,
 	}
 	ControlPlane = Provider{
-		Name:            "controlplane",
-		Label:           "control-plane-kairos",
-		Type:            "ControlPlaneProvider",
-		ConfigDir:       "controlplane/config/default",
-		ComponentsFile:  "control-plane-components.yaml",
-		ImageVariable:   "KAIROS_CONTROLPLANE_IMAGE",
-		ImageRepository: "ghcr.io/kairos-capi/kairos-controlplane-manager",
-		ImageEntrypoint: "/ko-app/controlplane",
-		MetadataFile:    "release/metadata/controlplane.yaml",
-		Templates:       true,
+		Name:              "controlplane",
+		Label:             "control-plane-kairos",
+		Type:              "ControlPlaneProvider",
+		ConfigDir:         "controlplane/config/default",
+		ComponentsFile:    "control-plane-components.yaml",
+		ImageVariable:     "KAIROS_CONTROLPLANE_IMAGE",
+		ImageRepository:   "ghcr.io/kairos-capi/kairos-controlplane-manager",
+		ImageEntrypoint:   "/ko-app/controlplane",
+		MetadataFile:      "release/metadata/controlplane.yaml",
+		Templates:         true,
+		ReleaseAnnotation: controlplanev1.ReleaseAnnotation,
 	}
 )
 

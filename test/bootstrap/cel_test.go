@@ -134,7 +134,7 @@ func TestCELRulesWithoutWebhooks(t *testing.T) {
 		t.Fatalf("the spec rules of KairosConfig and KairosConfigTemplate differ:\n%v\n%v", rules["KairosConfig"], rules["KairosConfigTemplate"])
 	}
 
-	env, err := framework.Start(framework.Options{CRDs: loaded, Scheme: scheme})
+	env, err := framework.Start(framework.Options{CRDs: loaded, Scheme: mgmt.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,20 +7,19 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/bootstrap/setup"
@@ -36,8 +35,10 @@ const watchFilter = "kairos-suite"
 const tokenTTL = 6 * time.Second
 
 var (
-	scheme   = runtime.NewScheme()
-	mgmt     *framework.Environment
+	// mgmt is the management API server with Cluster API's and the bootstrap provider's CRDs
+	// and webhooks, and the manager running the bootstrap provider.
+	mgmt *framework.Suite
+	// workload is a bare API server that plays the workload cluster.
 	workload *framework.Environment
 	// workloadKubeconfig is a cluster-admin kubeconfig of the workload API server.
 	workloadKubeconfig []byte
@@ -48,22 +49,9 @@ func TestMain(m *testing.M) {
 }
 
 func run(m *testing.M) int {
-	if err := setup.AddToScheme(scheme); err != nil {
-		panic(err)
-	}
-	ctrl.SetLogger(framework.Logger())
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
 	var err error
-	mgmt, err = startManagement()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	defer func() { _ = mgmt.Stop() }()
-
-	workload, err = framework.Start(framework.Options{Scheme: scheme})
+	// The workload cluster only holds Kubernetes' own objects (join token Secrets).
+	workload, err = framework.Start(framework.Options{Scheme: clientgoscheme.Scheme})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -74,66 +62,17 @@ func run(m *testing.M) int {
 		return 1
 	}
 
-	if err := startManager(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	return m.Run()
-}
-
-func startManagement() (*framework.Environment, error) {
-	capi, err := framework.CAPICRDFiles()
-	if err != nil {
-		return nil, err
-	}
-	ours, err := framework.ProjectCRDFiles("bootstrap")
-	if err != nil {
-		return nil, err
-	}
-	crds, err := framework.LoadCRDs(append(capi, ours...)...)
-	if err != nil {
-		return nil, err
-	}
-	root, err := framework.RepoRoot()
-	if err != nil {
-		return nil, err
-	}
-	return framework.Start(framework.Options{
-		CRDs:        crds,
-		WebhookDirs: []string{filepath.Join(root, "bootstrap", "config", "webhook")},
-		Scheme:      scheme,
+	return framework.RunSuite(m, &mgmt, framework.SuiteOptions{
+		Providers:    []string{"bootstrap"},
+		AddToScheme:  []func(*runtime.Scheme) error{setup.AddToScheme},
+		Name:         "bootstrap-suite",
+		ClusterCache: manager.ClusterCacheOptions{WatchFilter: watchFilter, Concurrency: 4},
+		Setup: []framework.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
+			// Retry workload connections every few seconds instead of every 30s.
+			cc.(interface{ SetConnectionCreationRetryInterval(time.Duration) }).SetConnectionCreationRetryInterval(2 * time.Second)
+			return setup.Setup(ctx, mgr, setup.Options{ClusterCache: cc, WatchFilter: watchFilter, TokenTTL: tokenTTL, KairosConfigConcurrency: 4})
+		}},
 	})
-}
-
-func startManager(ctx context.Context) error {
-	wh := mgmt.WebhookInstallOptions
-	mgr, err := ctrl.NewManager(mgmt.Config, ctrl.Options{
-		Scheme:                 scheme,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  manager.CacheOptions("", 10*time.Minute),
-		WebhookServer: webhook.NewServer(webhook.Options{
-			Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir,
-		}),
-	})
-	if err != nil {
-		return err
-	}
-	opts := setup.Options{WatchFilter: watchFilter, TokenTTL: tokenTTL, KairosConfigConcurrency: 4}
-	if opts.ClusterCache, err = manager.NewClusterCache(ctx, mgr, "bootstrap-suite", manager.ClusterCacheOptions{WatchFilter: watchFilter, Concurrency: 4}); err != nil {
-		return err
-	}
-	// Retry workload connections every few seconds instead of every 30s.
-	opts.ClusterCache.(interface{ SetConnectionCreationRetryInterval(time.Duration) }).SetConnectionCreationRetryInterval(2 * time.Second)
-	if err := setup.Setup(ctx, mgr, opts); err != nil {
-		return err
-	}
-	go func() {
-		if err := mgr.Start(ctx); err != nil {
-			fmt.Fprintln(os.Stderr, "manager stopped:", err)
-		}
-	}()
-	return mgmt.WaitForWebhooks(30 * time.Second)
 }
 
 // newNamespace creates a namespace for one test.

@@ -254,38 +254,53 @@ func TestInvalidKairosConfigsAreRejected(t *testing.T) {
 	})
 }
 
+// TestDefaultsAndWarnings: what the API server returns after admission is the spec sent with
+// bootstrapv1.KairosConfigSpec.Default applied (for templates, to spec.template.spec), and the
+// default password draws a warning.
 func TestDefaultsAndWarnings(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := framework.Context(t)
 	c, collector := mgmt.WarningClient(t)
 
 	obj := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Name: "defaults", Namespace: ns}}
+	sent := *obj.Spec.DeepCopy()
 	if err := c.Create(ctx, obj); err != nil {
 		t.Fatal(err)
 	}
-	s := obj.Spec
-	if s.Role != bootstrapv1.RoleWorker || s.Distribution != bootstrapv1.DistributionK0s || s.UserName != "kairos" ||
-		s.UserPassword != "kairos" || len(s.UserGroups) != 1 || s.UserGroups[0] != "admin" {
-		t.Errorf("defaults not applied: %+v", s)
-	}
+	framework.ExpectDefaulted(t, "empty KairosConfig spec", sent, obj.Spec)
 	if !collector.Contain("well-known development password") {
 		t.Errorf("no warning for the default password: %v", collector.List())
 	}
 
+	// No password default next to a password Secret, whose key is defaulted.
 	collector.Reset()
 	safe := &bootstrapv1.KairosConfig{
 		ObjectMeta: metav1.ObjectMeta{Name: "safe", Namespace: ns},
 		Spec:       bootstrapv1.KairosConfigSpec{UserPasswordSecretRef: ref("pw", ""), GithubUser: "octocat"},
 	}
+	sent = *safe.Spec.DeepCopy()
 	if err := c.Create(ctx, safe); err != nil {
 		t.Fatal(err)
 	}
-	if safe.Spec.UserPassword != "" || safe.Spec.UserPasswordSecretRef.Key != "value" {
-		t.Errorf("password defaulted although a Secret is referenced: %+v", safe.Spec)
-	}
+	framework.ExpectDefaulted(t, "KairosConfig spec with a password Secret", sent, safe.Spec)
 	if len(collector.List()) != 0 {
 		t.Errorf("unexpected warnings: %v", collector.List())
 	}
+
+	// Templates get the same defaults under spec.template.spec.
+	tmpl := &bootstrapv1.KairosConfigTemplate{
+		ObjectMeta: metav1.ObjectMeta{Name: "template-defaults", Namespace: ns},
+		Spec: bootstrapv1.KairosConfigTemplateSpec{Template: bootstrapv1.KairosConfigTemplateResource{Spec: bootstrapv1.KairosConfigSpec{
+			UserPasswordSecretRef: ref("pw", ""),
+			Files:                 []bootstrapv1.File{{Path: "/etc/motd", ContentFrom: ref("motd", "")}},
+			Install:               &bootstrapv1.Install{},
+		}}},
+	}
+	sent = *tmpl.Spec.Template.Spec.DeepCopy()
+	if err := c.Create(ctx, tmpl); err != nil {
+		t.Fatal(err)
+	}
+	framework.ExpectDefaulted(t, "KairosConfigTemplate spec.template.spec", sent, tmpl.Spec.Template.Spec)
 }
 
 // TestTemplateImmutableExceptTopologyDryRun: templates are immutable, but the topology

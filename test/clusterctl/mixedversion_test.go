@@ -65,12 +65,12 @@ func TestMixedVersions(t *testing.T) {
 			second = bootstrapProvider
 		}
 		t.Run(first.Name+" first", func(t *testing.T) {
-			x := startMixed(t, first.Name+"-first", previousVersion(bootstrapProvider), previousVersion(controlPlaneProvider))
+			x := startMixed(t, first.Name+"-first", previousVersion(t, bootstrapProvider), previousVersion(t, controlPlaneProvider))
 			x.createCluster(t, 1)
 			start := time.Now()
 			x.settled(t, 1)
 			t.Logf("cluster ready %s after creation, with %s %s and %s %s", time.Since(start).Round(time.Second),
-				first.Name, previousVersion(first), second.Name, previousVersion(second))
+				first.Name, previousVersion(t, first), second.Name, previousVersion(t, second))
 
 			x.upgrade(t, first, newVersion)
 			x.scale(t, 3)

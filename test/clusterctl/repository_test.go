@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"testing"
 
 	"github.com/kairos-capi/kairos-capi/release/repo"
 	"github.com/kairos-capi/kairos-capi/test/clusterctlrepo"
@@ -87,8 +88,14 @@ releaseSeries:
 // getRepositories builds the tree once per test binary (TestMain removes it).
 func getRepositories() (*clusterctlrepo.Repositories, error) { return reposOnce() }
 
-// previousVersion is the previous release of a provider.
-func previousVersion(p providerSpec) string { return previous[p.Name].Version }
+// previousVersion is the previous release of a provider (built with the repositories).
+func previousVersion(t *testing.T, p providerSpec) string {
+	t.Helper()
+	if _, err := getRepositories(); err != nil {
+		t.Fatal(err)
+	}
+	return previous[p.Name].Version
+}
 
 var (
 	binDir   string

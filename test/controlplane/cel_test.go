@@ -109,7 +109,7 @@ func TestCELRulesWithoutWebhooks(t *testing.T) {
 		t.Fatalf("the spec rules of KairosControlPlane and KairosControlPlaneTemplate differ:\n%v\n%v", rules["KairosControlPlane"], rules["KairosControlPlaneTemplate"])
 	}
 
-	env, err := framework.Start(framework.Options{CRDs: crds, Scheme: scheme})
+	env, err := framework.Start(framework.Options{CRDs: crds, Scheme: mgmt.Scheme})
 	if err != nil {
 		t.Fatal(err)
 	}

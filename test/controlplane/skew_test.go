@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -19,10 +18,9 @@ import (
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
-	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
-	"sigs.k8s.io/controller-runtime/pkg/webhook"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
@@ -155,24 +153,46 @@ const skewEndpoint = "192.0.2.10"
 // the simulation infrastructure's and the older KairosConfig CRD (stamped as bootstrap release
 // v0.1.0), both providers' webhooks, and a manager running the control plane's controller
 // (release v0.2.0) and the bootstrap provider's webhooks only.
-func startOlderBootstrapCRDEnv(t *testing.T) *framework.Environment {
+func startOlderBootstrapCRDEnv(t *testing.T) *framework.Suite {
 	t.Helper()
-	capi, err := framework.CAPICRDFiles()
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours, err := framework.ProjectCRDFiles(providers...)
-	if err != nil {
-		t.Fatal(err)
-	}
 	infra, err := infrastructure.CRDFiles()
 	if err != nil {
 		t.Fatal(err)
 	}
-	crds, err := framework.LoadCRDs(slices.Concat(capi, ours, infra)...)
+	env, err := framework.StartSuite(framework.SuiteOptions{
+		Providers:     providers,
+		ExtraCRDFiles: infra,
+		EditCRDs:      withoutVirtualIP,
+		AddToScheme:   []func(*runtime.Scheme) error{bootstrapsetup.AddToScheme, controlplanesetup.AddToScheme, infrav1.AddToScheme, apiextensionsv1.AddToScheme},
+		Name:          "skew-test",
+		ClusterCache:  manager.ClusterCacheOptions{Concurrency: 1},
+		// The suite's manager runs the same controllers in this process.
+		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
+		Setup: []framework.SetupFunc{
+			// The bootstrap provider's webhooks default and validate KairosConfigs; its
+			// controller stays idle behind a watch filter no object carries.
+			func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
+				return bootstrapsetup.Setup(ctx, mgr, bootstrapsetup.Options{ClusterCache: cc, WatchFilter: "none", KairosConfigConcurrency: 1})
+			},
+			func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
+				return controlplanesetup.Setup(ctx, mgr, controlplanesetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 1, Version: "v0.2.0"})
+			},
+		},
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() {
+		if err := env.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	return env
+}
+
+// withoutVirtualIP turns the KairosConfig CRD into the one bootstrap release v0.1.0 installed:
+// no spec.virtualIP (nor the CEL rules about it), and the release annotation v0.1.0.
+func withoutVirtualIP(crds []*apiextensionsv1.CustomResourceDefinition) error {
 	found := false
 	for _, crd := range crds {
 		if crd.Name != "kairosconfigs.bootstrap.cluster.x-k8s.io" {
@@ -183,7 +203,7 @@ func startOlderBootstrapCRDEnv(t *testing.T) *framework.Environment {
 		for i := range crd.Spec.Versions {
 			spec := crd.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties["spec"]
 			if _, ok := spec.Properties["virtualIP"]; !ok {
-				t.Fatal("the KairosConfig CRD has no spec.virtualIP to remove")
+				return errors.New("the KairosConfig CRD has no spec.virtualIP to remove")
 			}
 			delete(spec.Properties, "virtualIP")
 			// Nor had it the CEL rules about the field (an API server refuses a rule naming a
@@ -195,74 +215,9 @@ func startOlderBootstrapCRDEnv(t *testing.T) *framework.Environment {
 		}
 	}
 	if !found {
-		t.Fatal("no KairosConfig CRD")
+		return errors.New("no KairosConfig CRD")
 	}
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dirs []string
-	for _, p := range providers {
-		dirs = append(dirs, filepath.Join(root, p, "config", "webhook"))
-	}
-	sch := runtime.NewScheme()
-	for _, add := range []func(*runtime.Scheme) error{bootstrapsetup.AddToScheme, controlplanesetup.AddToScheme, infrav1.AddToScheme, apiextensionsv1.AddToScheme} {
-		if err := add(sch); err != nil {
-			t.Fatal(err)
-		}
-	}
-	env, err := framework.Start(framework.Options{CRDs: crds, WebhookDirs: dirs, Scheme: sch})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-
-	ctx, cancel := context.WithCancel(context.Background())
-	wh := env.WebhookInstallOptions
-	mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-		Scheme:                 sch,
-		Metrics:                metricsserver.Options{BindAddress: "0"},
-		HealthProbeBindAddress: "0",
-		Cache:                  manager.CacheOptions("", 10*time.Minute),
-		// The suite's manager runs the same controllers in this process.
-		Controller:    config.Controller{SkipNameValidation: ptr.To(true)},
-		WebhookServer: webhook.NewServer(webhook.Options{Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir}),
-	})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	cc, err := manager.NewClusterCache(ctx, mgr, "skew-test", manager.ClusterCacheOptions{Concurrency: 1})
-	if err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	// The bootstrap provider's webhooks default and validate KairosConfigs; its controller stays
-	// idle behind a watch filter no object carries.
-	if err := bootstrapsetup.Setup(ctx, mgr, bootstrapsetup.Options{ClusterCache: cc, WatchFilter: "none", KairosConfigConcurrency: 1}); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	if err := controlplanesetup.Setup(ctx, mgr, controlplanesetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 1, Version: "v0.2.0"}); err != nil {
-		cancel()
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-	if err := env.WaitForWebhooks(30 * time.Second); err != nil {
-		t.Fatal(err)
-	}
-	return env
+	return nil
 }
 
 // newSkewCluster creates a Cluster with provisioned infrastructure and an endpoint (no Cluster

@@ -343,6 +343,10 @@ func TestInvalidUpdates(t *testing.T) {
 	}
 }
 
+// TestDefaultsAndWarnings: what the API server returns after admission, and stores, is the spec
+// sent with controlplanev1.KairosControlPlaneSpec.Default applied (for templates,
+// KairosControlPlaneTemplateResourceSpec.Default); the development password draws a warning,
+// on create and on update.
 func TestDefaultsAndWarnings(t *testing.T) {
 	ns := newNamespace(t)
 	ctx := framework.Context(t)
@@ -353,34 +357,19 @@ func TestDefaultsAndWarnings(t *testing.T) {
 	minimal.Replicas = nil
 	minimal.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}
 	obj := kcp(ns, "defaults", minimal)
+	sent := *obj.Spec.DeepCopy()
 	if err := c.Create(ctx, obj); err != nil {
 		t.Fatal(err)
 	}
-	s := obj.Spec
-	if s.Replicas == nil || *s.Replicas != 1 {
-		t.Errorf("replicas = %v, want 1", s.Replicas)
-	}
-	if s.Distribution != bootstrapv1.DistributionK0s {
-		t.Errorf("distribution = %q, want k0s", s.Distribution)
-	}
-	if s.Rollout.Strategy.Type != controlplanev1.RollingUpdateStrategyType {
-		t.Errorf("rollout.strategy.type = %q, want RollingUpdate", s.Rollout.Strategy.Type)
-	}
-	if ms := s.Rollout.Strategy.RollingUpdate.MaxSurge; ms == nil || *ms != intstr.FromInt32(1) {
-		t.Errorf("rollout.strategy.rollingUpdate.maxSurge = %v, want 1", ms)
-	}
-	// The embedded spec is stored as written: the controller defaults each Machine's copy.
-	if s.KairosConfigSpec.Role != "" || s.KairosConfigSpec.UserName != "" || s.KairosConfigSpec.UserPassword != "" {
-		t.Errorf("kairosConfigSpec defaulted in the stored object: %+v", s.KairosConfigSpec)
-	}
+	// The embedded kairosConfigSpec is stored as written (Default leaves it): the controller
+	// defaults each Machine's copy.
+	framework.ExpectDefaulted(t, "minimal KairosControlPlane spec", sent, obj.Spec)
 	// The stored object (not only the create response) carries the defaults.
 	stored := &controlplanev1.KairosControlPlane{}
 	if err := c.Get(ctx, client.ObjectKeyFromObject(obj), stored); err != nil {
 		t.Fatal(err)
 	}
-	if stored.Spec.Replicas == nil || *stored.Spec.Replicas != 1 || stored.Spec.Distribution != bootstrapv1.DistributionK0s {
-		t.Errorf("defaults not stored: %+v", stored.Spec)
-	}
+	framework.ExpectDefaulted(t, "stored KairosControlPlane spec", sent, stored.Spec)
 	if !collector.Contain("spec.kairosConfigSpec.userPassword: the login user \"kairos\" has the well-known development password") {
 		t.Errorf("no warning for the default password of the embedded spec: %q", collector.List())
 	}
@@ -421,14 +410,11 @@ func TestDefaultsAndWarnings(t *testing.T) {
 	// Templates get their defaults too.
 	tmpl := validTemplate(ns, "template-defaults")
 	tmpl.Spec.Template.Spec = controlplanev1.KairosControlPlaneTemplateResourceSpec{}
+	sentTemplate := *tmpl.Spec.Template.Spec.DeepCopy()
 	if err := c.Create(ctx, tmpl); err != nil {
 		t.Fatal(err)
 	}
-	ts := tmpl.Spec.Template.Spec
-	if ts.Distribution != bootstrapv1.DistributionK0s || ts.Rollout.Strategy.Type != controlplanev1.RollingUpdateStrategyType ||
-		ts.Rollout.Strategy.RollingUpdate.MaxSurge == nil || *ts.Rollout.Strategy.RollingUpdate.MaxSurge != intstr.FromInt32(1) {
-		t.Errorf("template defaults not applied: %+v", ts)
-	}
+	framework.ExpectDefaulted(t, "empty KairosControlPlaneTemplate spec.template.spec", sentTemplate, tmpl.Spec.Template.Spec)
 }
 
 // TestTemplateImmutableExceptTopologyDryRun: templates are immutable, but the topology
@@ -497,21 +483,19 @@ func TestBothProvidersServed(t *testing.T) {
 	ctx := framework.Context(t)
 
 	kc := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Name: "worker", Namespace: ns}, Spec: bootstrapv1.KairosConfigSpec{UserPassword: "x"}}
+	sentConfig := *kc.Spec.DeepCopy()
 	if err := mgmt.Client.Create(ctx, kc); err != nil {
 		t.Fatal(err)
 	}
-	if kc.Spec.Role != bootstrapv1.RoleWorker || kc.Spec.UserName != bootstrapv1.DefaultUserName {
-		t.Errorf("KairosConfig not defaulted: the bootstrap webhooks are not installed: %+v", kc.Spec)
-	}
+	framework.ExpectDefaulted(t, "KairosConfig spec (through the bootstrap provider's webhooks)", sentConfig, kc.Spec)
 	bad := &bootstrapv1.KairosConfig{ObjectMeta: metav1.ObjectMeta{Name: "bad", Namespace: ns}, Spec: bootstrapv1.KairosConfigSpec{UserName: "Root User"}}
 	assertRejected(t, mgmt.Client.Create(ctx, bad), []string{"spec.userName", "Linux user name"})
 
 	cp := kcp(ns, "cp", validSpec())
 	cp.Spec.Distribution = ""
+	sentCP := *cp.Spec.DeepCopy()
 	if err := mgmt.Client.Create(ctx, cp); err != nil {
 		t.Fatal(err)
 	}
-	if cp.Spec.Distribution != bootstrapv1.DistributionK0s {
-		t.Errorf("KairosControlPlane not defaulted: the control-plane webhooks are not installed")
-	}
+	framework.ExpectDefaulted(t, "KairosControlPlane spec (through the control-plane provider's webhooks)", sentCP, cp.Spec)
 }

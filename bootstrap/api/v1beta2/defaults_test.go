@@ -216,6 +216,15 @@ func TestDefaultSecretKeyIsValue(t *testing.T) {
 	}
 }
 
+// TestDefaultLoginUser: the login user's defaults are part of the API contract (documented on
+// userName, userPassword and userGroups, and named by admission's password warning).
+func TestDefaultLoginUser(t *testing.T) {
+	if bootstrapv1.DefaultUserName != "kairos" || bootstrapv1.DefaultUserPassword != "kairos" || bootstrapv1.DefaultUserGroup != "admin" {
+		t.Fatalf("defaults = user %q, password %q, groups [%q]; want kairos, kairos, [admin]",
+			bootstrapv1.DefaultUserName, bootstrapv1.DefaultUserPassword, bootstrapv1.DefaultUserGroup)
+	}
+}
+
 func TestUsesDefaultPassword(t *testing.T) {
 	tests := []struct {
 		name string

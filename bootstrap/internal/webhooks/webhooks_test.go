@@ -1,7 +1,9 @@
 package webhooks
 
 import (
+	"bytes"
 	"context"
+	"encoding/base64"
 	"strings"
 	"testing"
 
@@ -173,6 +175,20 @@ func TestValidateUpdateImmutableOnceDataExists(t *testing.T) {
 				t.Errorf("message %q does not name the data Secret", causes[0].Message)
 			}
 		})
+	}
+}
+
+// TestImmutableMessageNamesTheSecret: with status.initialization.dataSecretCreated true but no
+// (deprecated) status.dataSecretName, the immutability message still names the data Secret
+// (after its KairosConfig), not "(Secret )".
+func TestImmutableMessageNamesTheSecret(t *testing.T) {
+	old := kairosConfig(controlPlane("k0s"))
+	old.Status.Initialization.DataSecretCreated = ptr.To(true)
+	changed := controlPlane("k0s")
+	changed.PreCommands = []string{"echo changed"}
+	_, err := (&KairosConfig{}).ValidateUpdate(context.Background(), old, kairosConfig(changed))
+	if err == nil || strings.Contains(err.Error(), "(Secret )") {
+		t.Fatalf("error = %v, want one naming the data Secret", err)
 	}
 }
 
@@ -486,6 +502,17 @@ func TestAdmissionAcceptsAndRejectsThroughTheDryRender(t *testing.T) {
 	causes := statusCauses(t, err)
 	if len(causes) != 1 || causes[0].Field != "spec.files[0].path" || !strings.Contains(causes[0].Message, "is written by the renderer") {
 		t.Fatalf("causes = %+v", causes)
+	}
+}
+
+// TestSSHKeyWithTrailingNewlineIsAdmitted: spec.sshPublicKey validation tolerates a trailing
+// newline (what `sshPublicKey: |` or `$(cat id.pub)` produce), and so does the dry render
+// admission runs.
+func TestSSHKeyWithTrailingNewlineIsAdmitted(t *testing.T) {
+	spec := worker("k0s")
+	spec.SSHPublicKey = "ssh-ed25519 " + base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{9}, 51)) + " me@host\n"
+	if _, err := (&KairosConfig{}).ValidateCreate(context.Background(), kairosConfig(spec)); err != nil {
+		t.Fatalf("a valid key with a trailing newline is rejected: %v", err)
 	}
 }
 

@@ -78,9 +78,9 @@ const (
 	BootstrapProviderNotCompatibleReason = "NotCompatible"
 	KairosConfigRefusedReason            = "KairosConfigRefused"
 
-	DeletingReason             = "Deleting"
-	NotDeletingReason          = "NotDeleting"
-	DeletingWaitingForWorkers  = "WaitingForWorkersDeletion"
-	DeletingWaitingForMachines = "WaitingForMachinesDeletion"
-	DeletionCompletedReason    = "DeletionCompleted"
+	DeletingReason                   = "Deleting"
+	NotDeletingReason                = "NotDeleting"
+	DeletingWaitingForWorkersReason  = "WaitingForWorkersDeletion"
+	DeletingWaitingForMachinesReason = "WaitingForMachinesDeletion"
+	DeletionCompletedReason          = "DeletionCompleted"
 )

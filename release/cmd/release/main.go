@@ -1,5 +1,4 @@
-// Command release builds one release of a Kairos provider as a clusterctl provider
-// repository folder:
+// Command release is the release tooling of the Kairos providers.
 //
 //	release -provider bootstrap|controlplane -version vX.Y.Z -out DIR
 //
@@ -7,6 +6,19 @@
 // components YAML, metadata.yaml and, for the control plane, the cluster templates. Other
 // versions and providers already in DIR are kept. Nothing is written when a contract rule is
 // broken; the error names every rule and object.
+//
+//	release modules [-set folder=vX.Y.Z ...] [-check]
+//
+// keeps the Go modules consumable from tags (release/modules.yaml; see package modules):
+// rewrites the requirements between the repository's modules to the listed versions and
+// prints the tags of the published modules, one a line; -check changes nothing and fails
+// naming each drift.
+//
+//	release preflight -provider bootstrap|controlplane -version vX.Y.Z
+//
+// checks what must hold before goreleaser runs with --skip=validate: the provider's tag
+// <provider>/vX.Y.Z is HEAD, the tree is clean, release/modules.yaml lists that version and
+// the modules check holds (see package preflight).
 package main
 
 import (
@@ -27,6 +39,14 @@ func main() {
 }
 
 func run(args []string) error {
+	if len(args) > 0 {
+		switch args[0] {
+		case "modules":
+			return runModules(args[1:], os.Stdout, os.Stderr)
+		case "preflight":
+			return runPreflight(args[1:], os.Stdout)
+		}
+	}
 	fs := flag.NewFlagSet("release", flag.ContinueOnError)
 	var (
 		provider = fs.String("provider", "", "provider to release: bootstrap or controlplane")
@@ -50,14 +70,8 @@ func run(args []string) error {
 	if err != nil {
 		return err
 	}
-	if *root == "" {
-		wd, err := os.Getwd()
-		if err != nil {
-			return err
-		}
-		if *root, err = repo.FindRoot(wd); err != nil {
-			return err
-		}
+	if err := findRoot(root); err != nil {
+		return err
 	}
 	outDir, err := filepath.Abs(*out)
 	if err != nil {
@@ -80,4 +94,17 @@ func run(args []string) error {
 		fmt.Printf("  %s\n", name)
 	}
 	return nil
+}
+
+// findRoot sets *root to the repository root above the working directory unless it is set.
+func findRoot(root *string) error {
+	if *root != "" {
+		return nil
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		return err
+	}
+	*root, err = repo.FindRoot(wd)
+	return err
 }

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/cloudconfig"
@@ -60,7 +61,7 @@ func (r *Reconciler) reconcileExistingData(ctx context.Context, s *scope) (ctrl.
 			return util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: notConnectedRequeue}), nil
 		}
 		s.dataSecretName = secret.Name
-		s.done()
+		s.halt()
 		return util.LowestNonZeroResult(res, r.reconcileNodeProviderID(ctx, s)), nil
 	case !apierrors.IsNotFound(err):
 		return ctrl.Result{}, fmt.Errorf("reading bootstrap data Secret: %w", err)
@@ -70,7 +71,7 @@ func (r *Reconciler) reconcileExistingData(ctx context.Context, s *scope) (ctrl.
 	// names the data its node consumed: trust it rather than rendering new data.
 	if name := s.owner.dataSecretName(); name != "" {
 		s.dataSecretName = name
-		s.done()
+		s.halt()
 		return ctrl.Result{}, nil
 	}
 	if ptr.Deref(s.config.Status.Initialization.DataSecretCreated, false) {
@@ -387,14 +388,18 @@ func (r *Reconciler) lookupK3sTokens(ctx context.Context, s *scope) (ctrl.Result
 // registering the bootstrap token yet: reconcileDataSecret does that once the document has
 // rendered, so that a spec or endpoint that cannot render leaves no token behind.
 func (r *Reconciler) prepareK0sJoinToken(ctx context.Context, s *scope, role token.K0sTokenRole, caCert []byte) (ctrl.Result, error) {
-	if err := r.Tokens.Ready(ctx, s.clusterKey()); errors.Is(err, clustercache.ErrClusterNotConnected) {
-		// A manager that just started has not connected to the workload cluster yet; its
-		// connection event brings the config back. Storing data whose token cannot be registered
-		// would cost a wait status now and a token re-creation later, so nothing is written.
+	// No data is stored before its token can be registered: it would cost a token re-creation
+	// later. While a manager that just started has not tried to connect yet, nothing has
+	// changed and nothing is written: the connection event brings the config back.
+	switch err := r.Tokens.Ready(ctx, s.clusterKey()); {
+	case errors.Is(err, errConnecting):
 		ctrl.LoggerFrom(ctx).V(4).Info("Workload cluster not connected yet, waiting before rendering the data")
 		s.keepStatus = true
-		s.done()
+		s.halt()
 		return ctrl.Result{RequeueAfter: notConnectedRequeue}, nil
+	case err != nil:
+		s.wait(bootstrapv1.WaitingForJoinTokenReason, "%s", describeTokenErr(err))
+		return ctrl.Result{RequeueAfter: waitRequeue}, nil
 	}
 	t, err := token.NewBootstrapToken()
 	if err != nil {
@@ -450,6 +455,7 @@ func (r *Reconciler) reconcileDataSecret(ctx context.Context, s *scope) (ctrl.Re
 		// that one on the next reconcile instead of registering a token it does not hold.
 		return ctrl.Result{RequeueAfter: time.Second}, nil
 	}
+	r.deferUntilCached(s.config, capicontrollerutil.StructuredObject(corev1.SchemeGroupVersion, "Secret"), secret.ResourceVersion)
 	if pt != nil {
 		expires := r.tokenExpiry()
 		if err := r.Tokens.Create(ctx, s.clusterKey(), pt.token, pt.role, expires); err != nil && !apierrors.IsAlreadyExists(err) {

@@ -32,13 +32,13 @@ import (
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/annotations"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/paused"
 	"sigs.k8s.io/cluster-api/util/predicates"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/bootstrap/internal/initlock"
-	"github.com/kairos-capi/kairos-capi/common/provider/userdata"
-	"github.com/kairos-capi/kairos-capi/common/token"
+	"github.com/kairos-capi/kairos-capi/common/provider/phases"
 )
 
 // DefaultTokenTTL is how long a generated join token stays valid without a refresh.
@@ -80,52 +80,9 @@ type Reconciler struct {
 	Recorder record.EventRecorder
 
 	initLock *initlock.Lock
+	// controller defers reconciles until the cache has seen this controller's writes.
+	controller capicontrollerutil.Controller
 }
-
-// scope holds what one reconciliation knows and observes. Phases record observations here;
-// updateStatus turns them into status in one place.
-type scope struct {
-	config  *bootstrapv1.KairosConfig
-	owner   *configOwner
-	cluster *clusterv1.Cluster
-
-	// inputs gathered by the phases, consumed by the render phase.
-	inputs userdata.Inputs
-
-	// pendingToken is the k0s bootstrap token inside the join token of the inputs; it is
-	// registered in the workload cluster only once the document rendered.
-	pendingToken *pendingToken
-	// tokenID names the bootstrap token generated for this node, if any.
-	tokenID string
-	// joinToken is the JoinTokenAvailable condition to set; nil removes it.
-	joinToken *metav1.Condition
-	// nodeProviderID is the NodeProviderID condition to set; nil removes it.
-	nodeProviderID *metav1.Condition
-
-	// dataSecretName is set once the bootstrap data Secret is known to exist.
-	dataSecretName string
-	// waitReason and waitMessage say why there is no data yet; halted stops the phases.
-	waitReason, waitMessage string
-	halted                  bool
-	// keepStatus leaves the status as it is: nothing is known to have changed.
-	keepStatus bool
-}
-
-// pendingToken is a bootstrap token built for the data but not registered yet.
-type pendingToken struct {
-	token token.BootstrapToken
-	role  token.K0sTokenRole
-}
-
-// wait records why rendering cannot proceed and stops the remaining phases.
-func (s *scope) wait(reason, format string, args ...any) {
-	s.waitReason, s.waitMessage, s.halted = reason, fmt.Sprintf(format, args...), true
-}
-
-// done stops the remaining phases without recording a wait.
-func (s *scope) done() { s.halted = true }
-
-func (s *scope) clusterKey() client.ObjectKey { return util.ObjectKey(s.cluster) }
 
 // SetupWithManager registers the reconciler and its watches.
 func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, options controller.Options) error {
@@ -135,27 +92,37 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	r.complete()
 
 	log := ctrl.LoggerFrom(ctx).WithValues("controller", "kairosconfig")
-	filter := builder.WithPredicates(predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue))
-	b := ctrl.NewControllerManagedBy(mgr).
-		For(&bootstrapv1.KairosConfig{}, filter).
+	filter := predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue)
+	b := capicontrollerutil.NewControllerManagedBy(mgr, log).
+		For(&bootstrapv1.KairosConfig{}, builder.WithPredicates(filter)).
 		WithOptions(options).
 		Watches(&clusterv1.Machine{}, handler.EnqueueRequestsFromMapFunc(machineToConfig), filter).
-		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToConfigs),
-			builder.WithPredicates(clusterChangedForBootstrap{}, predicates.ResourceHasFilterLabel(mgr.GetScheme(), log, r.WatchFilterValue))).
+		Watches(&clusterv1.Cluster{}, handler.EnqueueRequestsFromMapFunc(r.clusterToConfigs), clusterChangedForBootstrap{}, filter).
 		// Data Secrets, cluster certificates and k3s tokens carry the cluster-name label, so the
 		// label-selected cache sees them. They carry no watch-filter label: the mapping filters
 		// the KairosConfigs instead.
-		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToConfigs), builder.WithPredicates(dataSecretDeletedOrOtherSecret{}))
+		Watches(&corev1.Secret{}, handler.EnqueueRequestsFromMapFunc(r.secretToConfigs), dataSecretDeletedOrOtherSecret{})
 	if feature.Gates.Enabled(feature.MachinePool) {
 		b = b.Watches(&clusterv1.MachinePool{}, handler.EnqueueRequestsFromMapFunc(machinePoolToConfig), filter)
 	}
 	if r.ClusterCache != nil {
 		b = b.WatchesRawSource(r.ClusterCache.GetClusterSource("kairosconfig", r.clusterToConfigs))
 	}
-	if err := b.Complete(r); err != nil {
+	c, err := b.Build(ctx, r)
+	if err != nil {
 		return fmt.Errorf("setting up the kairosconfig controller: %w", err)
 	}
+	r.controller = c
 	return nil
+}
+
+// deferUntilCached makes the next reconcile of config wait until the cache has seen what this one
+// wrote: a reconcile from a stale cache would not find the data Secret (and render again) or
+// would recompute a status already written (and patch it again).
+func (r *Reconciler) deferUntilCached(config *bootstrapv1.KairosConfig, gvkt capicontrollerutil.GroupVersionKindType, resourceVersion string) {
+	if r.controller != nil && resourceVersion != "" {
+		r.controller.DeferNextReconcileUntilCacheUpToDate(config, gvkt, resourceVersion)
+	}
 }
 
 // Reconcile brings one KairosConfig closer to having its bootstrap data.
@@ -164,6 +131,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 
 	config := &bootstrapv1.KairosConfig{}
 	if err := r.Client.Get(ctx, req.NamespacedName, config); err != nil {
+		if apierrors.IsNotFound(err) && r.controller != nil {
+			r.controller.ClearConsistencyStore(req.NamespacedName, "")
+		}
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 
@@ -220,7 +190,9 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		}
 		if err := r.Client.Status().Patch(ctx, config, client.MergeFrom(before)); err != nil {
 			reterr = kerrors.NewAggregate([]error{reterr, fmt.Errorf("patching KairosConfig status: %w", err)})
+			return
 		}
+		r.deferUntilCached(config, capicontrollerutil.StructuredObject(bootstrapv1.GroupVersion, "KairosConfig"), config.ResourceVersion)
 	}()
 
 	if !config.DeletionTimestamp.IsZero() {
@@ -229,29 +201,15 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 	return r.reconcileNormal(ctx, s)
 }
 
-type phase func(context.Context, *scope) (ctrl.Result, error)
-
 // reconcileNormal runs the phases in order until one fails, waits or finishes the work.
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
-	phases := []phase{
+	return phases.Run(ctx, s,
 		r.reconcileExistingData,
 		r.reconcilePrerequisites,
 		r.reconcileReferencedSecrets,
 		r.reconcileCredentials,
 		r.reconcileDataSecret,
-	}
-	var res ctrl.Result
-	for _, p := range phases {
-		phaseRes, err := p(ctx, s)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		res = util.LowestNonZeroResult(res, phaseRes)
-		if s.halted {
-			break
-		}
-	}
-	return res, nil
+	)
 }
 
 // updateStatus derives the whole status from what the phases observed.

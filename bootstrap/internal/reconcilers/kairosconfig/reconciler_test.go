@@ -879,6 +879,28 @@ func TestDataSecret(t *testing.T) {
 	}
 }
 
+// TestK3sWorkerTokenSecretWithTrailingNewline: a k3s worker whose token Secret holds the token
+// plus a newline (what `kubectl create secret generic tok
+// --from-file=value=/var/lib/rancher/k3s/server/agent-token` stores), which admission accepts,
+// gets its bootstrap data.
+func TestK3sWorkerTokenSecretWithTrailingNewline(t *testing.T) {
+	tok, err := token.FormatK3sToken(strings.Repeat("ab", 32), token.K3sAgentUser, "from-file")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cluster := newCluster()
+	cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+	spec := bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, Distribution: bootstrapv1.DistributionK3s,
+		WorkerTokenSecretRef: &bootstrapv1.SecretKeyReference{Name: "tok"}}
+	objs := append(pkiObjects(t), cluster, newMachine("m", "v1.31.2"), newConfig("m", spec),
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "tok"}, Data: map[string][]byte{"value": []byte(tok + "\n")}})
+	r := NewOffline(newClient(t, objs...))
+	_, config := reconcile(t, r, "m")
+	if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, &corev1.Secret{}); err != nil {
+		t.Fatalf("no bootstrap data for a k3s worker whose token Secret ends with a newline: %+v", config.Status.Conditions)
+	}
+}
+
 func TestDataIsWrittenOnce(t *testing.T) {
 	cluster := newCluster()
 	objs := append(pkiObjects(t), cluster, newMachine("m", "v1.31.2"), newConfig("m", bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane}))
@@ -1272,13 +1294,14 @@ func TestNewWorkerWritesTheFloor(t *testing.T) {
 	}
 }
 
-// TestNotConnectedWritesNothing: before the workload cluster is connected (a manager that just
-// started), a worker's config gets no data, no token and no status write; it comes back soon.
+// TestNotConnectedWritesNothing: before the ClusterCache tried to connect to the workload cluster
+// (a manager that just started), a worker's config gets no data, no token and no status write;
+// it comes back soon. Once a connection was tried and failed, it says it waits for its token.
 func TestNotConnectedWritesNothing(t *testing.T) {
 	cluster := newCluster()
 	cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
 	c := newClient(t, append(pkiObjects(t), cluster, newMachine("w", "v1.31.2"), newConfig("w", bootstrapv1.KairosConfigSpec{}))...)
-	tokens := &stubTokens{readyErr: clustercache.ErrClusterNotConnected}
+	tokens := &stubTokens{readyErr: errConnecting}
 	r := &Reconciler{Client: c, APIReader: c, TokenTTL: 15 * time.Minute, Tokens: tokens}
 	r.complete()
 	before := &bootstrapv1.KairosConfig{}
@@ -1322,5 +1345,22 @@ func TestProblemEvents(t *testing.T) {
 	}
 	if len(got) != 1 || !strings.HasPrefix(got[0], "Warning "+bootstrapv1.InvalidConfigurationReason+" Cluster demo spec.controlPlaneEndpoint.host") {
 		t.Errorf("events %q, want one Warning %s naming the field", got, bootstrapv1.InvalidConfigurationReason)
+	}
+}
+
+func TestNotConnectedSaysSo(t *testing.T) {
+	cluster := newCluster()
+	cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+	c := newClient(t, append(pkiObjects(t), cluster, newMachine("w", "v1.31.2"), newConfig("w", bootstrapv1.KairosConfigSpec{}))...)
+	tokens := &stubTokens{readyErr: clustercache.ErrClusterNotConnected}
+	r := &Reconciler{Client: c, APIReader: c, TokenTTL: 15 * time.Minute, Tokens: tokens}
+	r.complete()
+	_, config := reconcile(t, r, "w")
+	cond := conditions.Get(config, bootstrapv1.DataSecretAvailableCondition)
+	if cond == nil || cond.Reason != bootstrapv1.WaitingForJoinTokenReason || !strings.Contains(cond.Message, "cannot reach the workload cluster") {
+		t.Errorf("DataSecretAvailable = %+v, want WaitingForJoinToken saying the workload cluster cannot be reached", cond)
+	}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "w"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
+		t.Errorf("data Secret: %v, want none before its token can be registered", err)
 	}
 }

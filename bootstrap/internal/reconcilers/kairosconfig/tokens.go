@@ -2,6 +2,7 @@ package kairosconfig
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -25,8 +26,9 @@ const (
 
 // WorkloadTokens creates and refreshes k0s bootstrap tokens in a workload cluster.
 type WorkloadTokens interface {
-	// Ready returns clustercache.ErrClusterNotConnected while tokens cannot be created in the
-	// cluster yet (a manager that just started), without a request.
+	// Ready says, without a request, whether tokens can be created in the cluster now: an error
+	// that is a clustercache.ErrClusterNotConnected while it is not connected, errConnecting
+	// while no connection was tried yet (a manager that just started).
 	Ready(ctx context.Context, cluster client.ObjectKey) error
 	// Create stores t in the workload cluster, valid for role until expires.
 	Create(ctx context.Context, cluster client.ObjectKey, t token.BootstrapToken, role token.K0sTokenRole, expires time.Time) error
@@ -83,8 +85,16 @@ func (e *tokenExpirations) forget(cluster client.ObjectKey, id string) {
 
 func (c clusterCacheTokens) Ready(ctx context.Context, cluster client.ObjectKey) error {
 	_, err := c.cache.GetUncachedClient(ctx, cluster)
+	// Client creations count as probes: none yet means the ClusterCache has not tried.
+	if errors.Is(err, clustercache.ErrClusterNotConnected) && c.cache.GetHealthCheckingState(ctx, cluster).LastProbeTime.IsZero() {
+		return errConnecting
+	}
 	return err
 }
+
+// errConnecting is Ready's answer while the ClusterCache has not tried to connect to the
+// workload cluster yet: a manager that just started. It is a clustercache.ErrClusterNotConnected.
+var errConnecting = fmt.Errorf("%w: no connection attempt yet", clustercache.ErrClusterNotConnected)
 
 func (c clusterCacheTokens) Create(ctx context.Context, cluster client.ObjectKey, t token.BootstrapToken, role token.K0sTokenRole, expires time.Time) error {
 	remote, err := c.cache.GetUncachedClient(ctx, cluster)

@@ -186,6 +186,37 @@ func TestReconcileKubeconfigRotation(t *testing.T) {
 	}
 }
 
+// TestReconcileKubeconfigRequeuesTheNextRotation: after creating the kubeconfig and after
+// rotating its client certificate, reconcileKubeconfig asks to be called again before the
+// next rotation is due (within the certificate's validity). The manager's sync period (10 h)
+// is longer than a short clientCertificateValiditySeconds, and no other event has to come.
+func TestReconcileKubeconfigRequeuesTheNextRotation(t *testing.T) {
+	ctx := testContext(t)
+	const validity = time.Hour
+	f := newFixture(t)
+	f.objs = append(f.objs, clusterPKI(t)...)
+	f.kcp.Spec.Kubeconfig.ClientCertificateValiditySeconds = ptr.To(int32(validity / time.Second))
+	e := f.build()
+
+	res, err := e.r.reconcileKubeconfig(ctx, e.scope(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > validity {
+		t.Errorf("after creating the kubeconfig: RequeueAfter = %s, want about %s (the next rotation)", res.RequeueAfter, validity/2)
+	}
+
+	s := e.scope(ctx)
+	s.reconcileTime = time.Now().Add(validity) // rotation due
+	res, err = e.r.reconcileKubeconfig(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > validity {
+		t.Errorf("after rotating the kubeconfig: RequeueAfter = %s, want about %s (the next rotation)", res.RequeueAfter, validity/2)
+	}
+}
+
 func TestReconcileKubeconfigUpdates(t *testing.T) {
 	cases := []struct {
 		name   string

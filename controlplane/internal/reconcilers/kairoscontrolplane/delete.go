@@ -30,7 +30,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 		return ctrl.Result{}, fmt.Errorf("listing the Cluster's MachinePools: %w", err)
 	}
 	if workers.Len() > 0 || len(pools.Items) > 0 {
-		s.deletingReason = controlplanev1.DeletingWaitingForWorkers
+		s.deletingReason = controlplanev1.DeletingWaitingForWorkersReason
 		s.deletingMessage = fmt.Sprintf("waiting for %d worker Machine(s) and %d MachinePool(s) to be deleted first: %s",
 			workers.Len(), len(pools.Items), machineNames(workers))
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
@@ -54,7 +54,7 @@ func (r *Reconciler) reconcileDelete(ctx context.Context, s *scope) (ctrl.Result
 			}
 		}
 	}
-	s.deletingReason = controlplanev1.DeletingWaitingForMachines
+	s.deletingReason = controlplanev1.DeletingWaitingForMachinesReason
 	s.deletingMessage = fmt.Sprintf("deleting control-plane Machine(s) %s", machineNames(s.machines))
 	return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 }

@@ -1,6 +1,8 @@
 package kairoscontrolplane
 
 import (
+	"context"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -9,9 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
@@ -48,7 +53,7 @@ func TestReconcileDelete(t *testing.T) {
 				f.machine("m2", time.Hour)
 				f.objs = append(f.objs, workerMachine("w1"), workerMachine("w2"))
 			},
-			wantHooks: []string{"m1", "m2"}, wantReason: controlplanev1.DeletingWaitingForWorkers,
+			wantHooks: []string{"m1", "m2"}, wantReason: controlplanev1.DeletingWaitingForWorkersReason,
 			wantMessage:   "waiting for 2 worker Machine(s) and 0 MachinePool(s) to be deleted first: w1, w2",
 			wantFinalizer: true, wantRequeue: requeueWhileBusy},
 		{name: "MachinePools first",
@@ -56,7 +61,7 @@ func TestReconcileDelete(t *testing.T) {
 				f.machine("m1", time.Hour)
 				f.objs = append(f.objs, machinePool("pool", clusterName))
 			},
-			wantHooks: []string{"m1"}, wantReason: controlplanev1.DeletingWaitingForWorkers,
+			wantHooks: []string{"m1"}, wantReason: controlplanev1.DeletingWaitingForWorkersReason,
 			wantMessage:   "waiting for 0 worker Machine(s) and 1 MachinePool(s)",
 			wantFinalizer: true, wantRequeue: requeueWhileBusy},
 		{name: "worker Machines and MachinePools",
@@ -64,7 +69,7 @@ func TestReconcileDelete(t *testing.T) {
 				f.machine("m1", time.Hour)
 				f.objs = append(f.objs, machinePool("pool", clusterName), workerMachine("w1"))
 			},
-			wantHooks: []string{"m1"}, wantReason: controlplanev1.DeletingWaitingForWorkers,
+			wantHooks: []string{"m1"}, wantReason: controlplanev1.DeletingWaitingForWorkersReason,
 			wantMessage:   "waiting for 1 worker Machine(s) and 1 MachinePool(s) to be deleted first: w1",
 			wantFinalizer: true, wantRequeue: requeueWhileBusy},
 		{name: "other Clusters' workers and pools do not count",
@@ -74,7 +79,7 @@ func TestReconcileDelete(t *testing.T) {
 				other.Labels[clusterv1.ClusterNameLabel] = "other"
 				f.objs = append(f.objs, other, machinePool("pool-other", "other"))
 			},
-			wantDeleting: []string{"m1"}, wantReason: controlplanev1.DeletingWaitingForMachines,
+			wantDeleting: []string{"m1"}, wantReason: controlplanev1.DeletingWaitingForMachinesReason,
 			wantMessage:   "deleting control-plane Machine(s) m1",
 			wantFinalizer: true, wantRequeue: requeueWhileBusy},
 		{name: "no workers: hooks removed and control-plane Machines deleted",
@@ -83,7 +88,7 @@ func TestReconcileDelete(t *testing.T) {
 				f.machine("m2", time.Hour, deleting(time.Minute, clusterv1.MachineDeletingWaitingForPreTerminateHookReason))
 				f.machine("m3", time.Hour, withoutHook())
 			},
-			wantDeleting: []string{"m1", "m2", "m3"}, wantReason: controlplanev1.DeletingWaitingForMachines,
+			wantDeleting: []string{"m1", "m2", "m3"}, wantReason: controlplanev1.DeletingWaitingForMachinesReason,
 			wantMessage:   "deleting control-plane Machine(s) m1, m2, m3",
 			wantFinalizer: true, wantRequeue: requeueWhileBusy},
 		{name: "no Machines left: finalizer removed",
@@ -141,5 +146,34 @@ func TestReconcileDelete(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestDeletingConditionHasAReasonWhenDeleteFails: when reconcileDelete fails before it knows
+// what it waits for (listing Machines fails), updateStatus still sets the Deleting condition
+// with a reason, which the API server requires.
+func TestDeletingConditionHasAReasonWhenDeleteFails(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.kcp.DeletionTimestamp = ptr.To(metav1.Now())
+	f.kcp.Finalizers = []string{Finalizer}
+	calls := 0
+	f.interceptor = &interceptor.Funcs{List: func(ctx context.Context, c client.WithWatch, list client.ObjectList, opts ...client.ListOption) error {
+		if _, ok := list.(*clusterv1.MachineList); ok {
+			calls++
+			if calls > 1 { // newScope's list passes, reconcileDelete's fails
+				return errors.New("etcd timeout")
+			}
+		}
+		return c.List(ctx, list, opts...)
+	}}
+	e := f.build()
+	s := e.scope(ctx)
+	if _, err := e.r.reconcileDelete(ctx, s); err == nil {
+		t.Fatal("no error")
+	}
+	updateStatus(ctx, s)
+	if c := conditions.Get(f.kcp, controlplanev1.DeletingCondition); c == nil || c.Reason == "" {
+		t.Errorf("Deleting = %+v, want a reason", c)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/klog/v2"
@@ -71,7 +72,7 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	c := conditions.Get(m, clusterv1.MachineDeletingCondition)
-	if c == nil || c.Status != "True" || c.Reason != clusterv1.MachineDeletingWaitingForPreTerminateHookReason {
+	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != clusterv1.MachineDeletingWaitingForPreTerminateHookReason {
 		s.halt("waiting for Machine %s to be drained before its etcd member leaves", m.Name)
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}

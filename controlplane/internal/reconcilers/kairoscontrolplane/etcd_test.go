@@ -392,6 +392,28 @@ func TestReconcilePreTerminateHooks(t *testing.T) {
 	}
 }
 
+// TestPreTerminateHookKeepsQuorum: the pre-terminate hook of a Machine deleted by hand
+// (kubectl delete machine) does not remove its etcd member while another member is down (k0s
+// still reports it Joined): of the 2 members left, 1 would be healthy, and etcd would lose
+// quorum.
+func TestPreTerminateHookKeepsQuorum(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.machine("m1", 3*time.Hour, deleting(time.Minute, clusterv1.MachineDeletingWaitingForPreTerminateHookReason))
+	f.machine("m2", 2*time.Hour)
+	f.machine("m3", time.Hour, notReady())
+	// m3's etcd is dead; k0s still reports its EtcdMember Joined, as real k0s does.
+	f.member("m3").state = memberDown
+	e := f.build()
+	s := e.scope(ctx)
+	if _, err := e.r.reconcilePreTerminateHooks(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if leave, _, _ := unstructured.NestedBool(e.getK0sMember("m1").Object, "spec", "leave"); leave {
+		t.Errorf("m1's member asked to leave with 2 of 3 members healthy: 1 of 2 would remain (%s)", s.waitMessage)
+	}
+}
+
 func TestReconcileEtcdMembers(t *testing.T) {
 	controlNode := func(name string) *unstructured.Unstructured {
 		u := &unstructured.Unstructured{}

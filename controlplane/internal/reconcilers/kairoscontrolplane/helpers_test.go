@@ -2,7 +2,6 @@ package kairoscontrolplane
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -19,13 +18,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	k8stypes "k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/fake"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
-	"sigs.k8s.io/controller-runtime/pkg/source"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
@@ -75,49 +72,18 @@ func testContext(t *testing.T) context.Context {
 	return ctrl.LoggerInto(t.Context(), testr.New(t))
 }
 
-// stubClusterCache hands out a fake workload client, or an error.
-type stubClusterCache struct {
-	client  client.Client
-	err     error
-	keys    []client.ObjectKey
+// testClusterCache is Cluster API's fake ClusterCache, connected to the fake workload client,
+// with what the fake does not model: a workload API server that stopped answering its probes.
+type testClusterCache struct {
+	clustercache.ClusterCache
 	apiDown bool
 }
 
-var _ clustercache.ClusterCache = &stubClusterCache{}
-
-func (c *stubClusterCache) GetClient(_ context.Context, key client.ObjectKey) (client.Client, error) {
-	c.keys = append(c.keys, key)
-	if c.err != nil {
-		return nil, c.err
-	}
-	return c.client, nil
-}
-
-func (c *stubClusterCache) GetReader(ctx context.Context, key client.ObjectKey) (client.Reader, error) {
-	return c.GetClient(ctx, key)
-}
-
-func (c *stubClusterCache) GetUncachedClient(ctx context.Context, key client.ObjectKey) (client.Client, error) {
-	return c.GetClient(ctx, key)
-}
-
-func (c *stubClusterCache) GetRESTConfig(context.Context, client.ObjectKey) (*rest.Config, error) {
-	return nil, errors.New("not implemented")
-}
-
-func (c *stubClusterCache) Watch(context.Context, client.ObjectKey, clustercache.Watcher) error {
-	return nil
-}
-
-func (c *stubClusterCache) GetHealthCheckingState(context.Context, client.ObjectKey) clustercache.HealthCheckingState {
+func (c testClusterCache) GetHealthCheckingState(ctx context.Context, key client.ObjectKey) clustercache.HealthCheckingState {
 	if c.apiDown {
 		return clustercache.HealthCheckingState{LastProbeTime: time.Now(), LastProbeSuccessTime: time.Now().Add(-time.Minute), ConsecutiveFailures: 3}
 	}
-	return clustercache.HealthCheckingState{LastProbeTime: time.Now(), LastProbeSuccessTime: time.Now()}
-}
-
-func (c *stubClusterCache) GetClusterSource(string, func(context.Context, client.Object) []ctrl.Request, ...clustercache.GetClusterSourceOption) source.Source {
-	return nil
+	return c.ClusterCache.GetHealthCheckingState(ctx, key)
 }
 
 // member is the etcd membership of a Machine's node as the distribution reports it.
@@ -148,7 +114,6 @@ type fixture struct {
 
 	objs         []client.Object
 	workloadObjs []client.Object
-	workloadErr  error
 	// etcd is the workload cluster's etcd, as its members answer.
 	etcd *fakeEtcd
 	// apiDown: Cluster API's ClusterCache fails to probe the workload API server.
@@ -463,7 +428,7 @@ type env struct {
 	r     *Reconciler
 	c     client.Client
 	wc    client.Client
-	cache *stubClusterCache
+	cache testClusterCache
 	ctrl  *recordingController
 }
 
@@ -507,7 +472,7 @@ func (f *fixture) build() *env {
 		wobjs = append(wobjs, workloadMember(f.kcp.Spec.Distribution, name, mem)...)
 	}
 	wc := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(wobjs...).Build()
-	cache := &stubClusterCache{client: wc, err: f.workloadErr, apiDown: f.apiDown}
+	cache := testClusterCache{ClusterCache: clustercache.NewFakeClusterCache(wc, client.ObjectKeyFromObject(f.cluster)), apiDown: f.apiDown}
 	rc := &recordingController{FakeController: capicontrollerutil.NewFakeController()}
 	r := &Reconciler{Client: c, APIReader: c, ClusterCache: cache, controller: rc, HealthInterval: defaultHealthInterval,
 		machineDeleter: capicontrollerutil.NewClientWithDeleteResponseFromClient(c), etcdDialers: f.etcd.factory()}

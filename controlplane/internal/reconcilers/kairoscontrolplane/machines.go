@@ -511,3 +511,16 @@ func (r *Reconciler) syncMetadata(ctx context.Context, obj client.Object, labels
 	}
 	return nil
 }
+
+func mergeMaps(maps ...map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, m := range maps {
+		for k, v := range m {
+			out[k] = v
+		}
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
+}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 )
 
@@ -33,7 +34,7 @@ func (s *scope) preflightProblems(removing *clusterv1.Machine) []string {
 			problems = append(problems, fmt.Sprintf("Machine %s is not ready", m.Name))
 		}
 		// An unreadable member list is reported once, below, not for every Machine.
-		if c := etcdMemberCondition(s, m); c.Status != "True" && (s.etcd == nil || s.etcd.known()) {
+		if c := etcdMemberCondition(s, m); c.Status != metav1.ConditionTrue && (s.etcd == nil || s.etcd.known()) {
 			problems = append(problems, fmt.Sprintf("Machine %s: %s", m.Name, c.Message))
 		}
 	}

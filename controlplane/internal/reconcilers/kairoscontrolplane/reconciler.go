@@ -34,6 +34,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/predicates"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/common/provider/phases"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 
@@ -275,12 +276,10 @@ func (r *Reconciler) newScope(ctx context.Context, kcp *controlplanev1.KairosCon
 	return s, nil
 }
 
-type phase func(context.Context, *scope) (ctrl.Result, error)
-
 // reconcileNormal runs the phases in order until one fails or halts (it started an operation
 // or has to wait); requeue requests of the phases that ran are combined.
 func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result, error) {
-	phases := []phase{
+	res, err := phases.Run(ctx, s,
 		r.reconcileCertificates,
 		r.reconcileTemplateOwnership,
 		r.reconcilePrerequisites,
@@ -293,17 +292,9 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		r.reconcileControlPlaneTaints,
 		r.reconcileRemediation,
 		r.reconcileReplicas,
-	}
-	var res ctrl.Result
-	for _, p := range phases {
-		phaseRes, err := p(ctx, s)
-		if err != nil {
-			return ctrl.Result{}, err
-		}
-		res = util.LowestNonZeroResult(res, phaseRes)
-		if s.halted {
-			break
-		}
+	)
+	if err != nil {
+		return ctrl.Result{}, err
 	}
 	if s.machines.Len() > 0 {
 		res = util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: r.HealthInterval})

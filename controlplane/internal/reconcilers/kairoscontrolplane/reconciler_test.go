@@ -230,7 +230,7 @@ func TestReconcileDeletedControlPlane(t *testing.T) {
 	if kcp == nil {
 		t.Fatal("KairosControlPlane gone while a Machine is left")
 	}
-	assertCondition(t, kcp, controlplanev1.DeletingCondition, metav1.ConditionTrue, controlplanev1.DeletingWaitingForMachines, "m1")
+	assertCondition(t, kcp, controlplanev1.DeletingCondition, metav1.ConditionTrue, controlplanev1.DeletingWaitingForMachinesReason, "m1")
 	if m := e.getMachine("m1"); m.DeletionTimestamp.IsZero() || hasHook(m) {
 		t.Errorf("m1 not deleted or hook kept: %v %v", m.DeletionTimestamp, m.Annotations)
 	}
@@ -279,6 +279,30 @@ func TestReconcileNormalPhasesCombineRequeues(t *testing.T) {
 	}
 	if res.RequeueAfter != requeueWhileBusy || !s.halted {
 		t.Errorf("deleting Machine: result %+v, halted %v", res, s.halted)
+	}
+}
+
+// TestReconcileNormalRequeuesAtRolloutAfter: a rollout.after in the future makes
+// reconcileNormal requeue no later than that time, so that the rollout starts then without
+// another event.
+func TestReconcileNormalRequeuesAtRolloutAfter(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.objs = append(f.objs, clusterPKI(t)...)
+	f.machine("m1", 3*time.Hour)
+	f.machine("m2", 2*time.Hour)
+	f.machine("m3", time.Hour)
+	f.kcp.Spec.Rollout.After = metav1.NewTime(time.Now().Add(time.Minute))
+	e := f.build()
+	if _, err := e.r.reconcileNormal(ctx, e.scope(ctx)); err != nil { // creates the kubeconfig
+		t.Fatal(err)
+	}
+	res, err := e.r.reconcileNormal(ctx, e.scope(ctx))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.RequeueAfter <= 0 || res.RequeueAfter > time.Minute {
+		t.Errorf("RequeueAfter = %s, want at most 1m (when rollout.after passes)", res.RequeueAfter)
 	}
 }
 

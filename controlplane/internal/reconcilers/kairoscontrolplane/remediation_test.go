@@ -1,7 +1,9 @@
 package kairoscontrolplane
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 	"strings"
 	"testing"
@@ -10,10 +12,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
+	"github.com/kairos-capi/kairos-capi/common/provider/phases"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 
@@ -350,7 +355,7 @@ func TestRemediationReplacement(t *testing.T) {
 	run := func() *scope {
 		t.Helper()
 		s := e.scope(ctx)
-		for _, p := range []phase{e.r.reconcilePreTerminateHooks, e.r.reconcileRemediation, e.r.reconcileReplicas} {
+		for _, p := range []phases.Phase[*scope]{e.r.reconcilePreTerminateHooks, e.r.reconcileRemediation, e.r.reconcileReplicas} {
 			if _, err := p(ctx, s); err != nil {
 				t.Fatal(err)
 			}
@@ -494,6 +499,95 @@ func TestTwoUnhealthyMachinesRecover(t *testing.T) {
 		}
 	}
 	t.Fatalf("not recovered after 40 passes: Machines %v, etcd %v, KCP annotations %v", e.listMachineNames(), f.etcd.names(), e.getKCP().Annotations)
+}
+
+// TestRemediationEndsWithoutAScaleUp: a remediation of a control plane above its replica count
+// (5 Machines for 3 replicas) is followed by a scale-down, not a scale-up. The remediation
+// still ends: a Machine that fails its health check later is remediated too.
+func TestRemediationEndsWithoutAScaleUp(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t) // 3 replicas
+	f.machine("m1", 5*time.Hour)
+	f.machine("m2", 4*time.Hour, unhealthy())
+	f.machine("m3", 3*time.Hour)
+	f.machine("m4", 2*time.Hour)
+	f.machine("m5", time.Hour)
+	e := f.build()
+
+	// pass runs the phases that matter, then lets deleting Machines go.
+	pass := func() *scope {
+		s := e.scope(ctx)
+		for _, p := range []phases.Phase[*scope]{e.r.reconcileRemediation, e.r.reconcileReplicas} {
+			if _, err := p(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if s.halted {
+				break
+			}
+		}
+		for _, m := range e.listMachines() {
+			if !m.DeletionTimestamp.IsZero() {
+				m.Finalizers = nil
+				if err := e.c.Update(ctx, &m); err != nil {
+					t.Fatal(err)
+				}
+				// The pre-terminate hook (not run here) removed its etcd member.
+				f.etcd.removeByName(f.memberName(m.Name))
+			}
+		}
+		return s
+	}
+	pass() // remediates m2
+	pass() // 4 > 3: scales down m1
+	pass() // 3 of 3: settled
+	if n := len(e.listMachines()); n != 3 {
+		t.Fatalf("%d Machines, want 3", n)
+	}
+
+	// Later, another Machine fails its health check.
+	m := e.getMachine("m5")
+	unhealthy()(m)
+	if err := e.c.Status().Update(ctx, m); err != nil {
+		t.Fatal(err)
+	}
+	s := pass()
+	if e.getMachine("m5") != nil {
+		updateStatus(ctx, s)
+		t.Errorf("m5 not remediated; in-progress annotation %q; Remediating: %+v",
+			f.kcp.Annotations[controlplanev1.RemediationInProgressAnnotation], conditions.Get(f.kcp, controlplanev1.RemediatingCondition))
+	}
+}
+
+// TestRemediationNotRecordedWhenDeleteFails: when deleting the unhealthy Machine fails,
+// Reconcile returns the error and stores neither the in-progress annotation nor
+// lastRemediation, so the control plane does not wait for the replacement of a Machine that
+// still exists.
+func TestRemediationNotRecordedWhenDeleteFails(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.kcp.Finalizers = []string{Finalizer}
+	f.objs = append(f.objs, clusterPKI(t)...)
+	f.machine("m1", 3*time.Hour)
+	f.machine("m2", 2*time.Hour, unhealthy())
+	f.machine("m3", time.Hour)
+	f.interceptor = &interceptor.Funcs{Delete: func(ctx context.Context, c client.WithWatch, obj client.Object, opts ...client.DeleteOption) error {
+		if _, ok := obj.(*clusterv1.Machine); ok {
+			return errors.New("admission webhook denied the request")
+		}
+		return c.Delete(ctx, obj, opts...)
+	}}
+	e := f.build()
+	e.firstReconcile(ctx)
+	if _, err := e.r.Reconcile(ctx, kcpRequest); err == nil {
+		t.Fatal("no error though the delete failed")
+	}
+	kcp := e.getKCP()
+	if v, ok := kcp.Annotations[controlplanev1.RemediationInProgressAnnotation]; ok {
+		t.Errorf("in-progress annotation persisted though m2 was not deleted: %s", v)
+	}
+	if kcp.Status.LastRemediation.Machine != "" {
+		t.Errorf("lastRemediation persisted though m2 was not deleted: %+v", kcp.Status.LastRemediation)
+	}
 }
 
 func upVoters(f *fakeEtcd) int {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -208,7 +209,7 @@ func (s *scope) pickMachineToDelete(ctx context.Context, outdated collections.Ma
 func (s *scope) unhealthyMachines(ms []*clusterv1.Machine) []*clusterv1.Machine {
 	var out []*clusterv1.Machine
 	for _, m := range ms {
-		if etcdMemberCondition(s, m).Status != "True" || !machineReady(m) {
+		if etcdMemberCondition(s, m).Status != metav1.ConditionTrue || !machineReady(m) {
 			out = append(out, m)
 		}
 	}

@@ -79,6 +79,9 @@ func (s *scope) halt(format string, args ...any) {
 	s.halted, s.waitMessage = true, fmt.Sprintf(format, args...)
 }
 
+// Halted tells the phase runner whether a phase stopped the ones after it.
+func (s *scope) Halted() bool { return s.halted }
+
 // remediation records what the remediation phase did or waits for, for the Remediating condition.
 func (s *scope) remediation(reason, format string, args ...any) {
 	s.remediationReason = reason

@@ -276,20 +276,10 @@ func count(machines collections.Machines, condition string) int32 {
 
 // selector selects the control plane's Machines, for the scale subresource.
 func selector(s *scope) labels.Selector {
-	sel := labels.NewSelector()
-	for _, r := range []struct {
-		key string
-		op  selection.Operator
-		val []string
-	}{
-		{clusterv1.ClusterNameLabel, selection.Equals, []string{s.cluster.Name}},
-		{clusterv1.MachineControlPlaneLabel, selection.Exists, nil},
-		{controlplanev1.ControlPlaneNameLabel, selection.Equals, []string{s.kcp.Name}},
-	} {
-		req, err := labels.NewRequirement(r.key, r.op, r.val)
-		if err == nil {
-			sel = sel.Add(*req)
-		}
+	sel := collections.ControlPlaneSelectorForCluster(s.cluster.Name)
+	// Narrowed to this control plane's Machines, as Machines get the control-plane-name label.
+	if req, err := labels.NewRequirement(controlplanev1.ControlPlaneNameLabel, selection.Equals, []string{s.kcp.Name}); err == nil {
+		sel = sel.Add(*req)
 	}
 	return sel
 }

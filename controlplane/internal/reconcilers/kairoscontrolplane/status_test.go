@@ -15,6 +15,7 @@ import (
 
 	"sigs.k8s.io/cluster-api/util/conditions"
 
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 
@@ -314,11 +315,11 @@ func TestUpdateStatusConditions(t *testing.T) {
 				f.kcp.Finalizers = []string{Finalizer}
 			},
 			observe: func(s *scope) {
-				s.deletingReason = controlplanev1.DeletingWaitingForMachines
+				s.deletingReason = controlplanev1.DeletingWaitingForMachinesReason
 				s.deletingMessage = "deleting control-plane Machine(s) m1, m2"
 			},
 			want: map[string]want{
-				controlplanev1.DeletingCondition:  {metav1.ConditionTrue, controlplanev1.DeletingWaitingForMachines, "deleting control-plane Machine(s) m1, m2"},
+				controlplanev1.DeletingCondition:  {metav1.ConditionTrue, controlplanev1.DeletingWaitingForMachinesReason, "deleting control-plane Machine(s) m1, m2"},
 				controlplanev1.AvailableCondition: {metav1.ConditionFalse, controlplanev1.NotAvailableReason, ""},
 			}},
 	}
@@ -354,6 +355,26 @@ func TestUpdateStatusConditions(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestScalingUpNamesAMissingConfigTemplateOnce: with a missing KairosConfigTemplate, the
+// ScalingUp condition's message says so once.
+func TestScalingUpNamesAMissingConfigTemplateOnce(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.machine("m1", time.Hour)
+	f.kcp.Spec.KairosConfigTemplate = &controlplanev1.KairosConfigTemplateReference{Name: "missing"}
+	f.kcp.Spec.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}
+	e := f.build()
+	s := e.scope(ctx)
+	if _, err := e.r.reconcileReplicas(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	updateStatus(ctx, s)
+	c := conditions.Get(f.kcp, controlplanev1.ScalingUpCondition)
+	if n := strings.Count(c.Message, "KairosConfigTemplate missing does not exist"); n != 1 {
+		t.Errorf("ScalingUp message = %q: the error appears %d times", c.Message, n)
 	}
 }
 

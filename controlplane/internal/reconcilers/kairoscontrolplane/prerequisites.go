@@ -1,0 +1,44 @@
+package kairoscontrolplane
+
+import (
+	"context"
+	"net"
+
+	"k8s.io/utils/ptr"
+	ctrl "sigs.k8s.io/controller-runtime"
+
+	"sigs.k8s.io/cluster-api/util/collections"
+)
+
+// reconcilePrerequisites waits for the Cluster's infrastructure and endpoint, and stops at a
+// virtual IP that is not the endpoint: the nodes would hold an address no one connects to.
+func (r *Reconciler) reconcilePrerequisites(_ context.Context, s *scope) (ctrl.Result, error) {
+	switch {
+	case !ptr.Deref(s.cluster.Status.Initialization.InfrastructureProvisioned, false):
+		s.halt("waiting for Cluster %s infrastructure to be provisioned", s.cluster.Name)
+	case !s.cluster.Spec.ControlPlaneEndpoint.IsValid():
+		s.halt("waiting for Cluster %s spec.controlPlaneEndpoint", s.cluster.Name)
+	case s.baseConfig != nil && s.baseConfig.VirtualIP != nil && !sameIP(s.baseConfig.VirtualIP.Address, s.cluster.Spec.ControlPlaneEndpoint.Host):
+		field := "spec.kairosConfigSpec.virtualIP.address"
+		if ref := s.kcp.Spec.KairosConfigTemplate; ref != nil {
+			field = "KairosConfigTemplate " + ref.Name + " spec.template.spec.virtualIP.address"
+		}
+		s.halt("the virtual IP %s (%s) is not Cluster %s spec.controlPlaneEndpoint.host %s: set the endpoint host (on the Cluster or its infrastructure cluster) to the virtual IP",
+			s.baseConfig.VirtualIP.Address, field, s.cluster.Name, s.cluster.Spec.ControlPlaneEndpoint.Host)
+	}
+	return ctrl.Result{}, nil
+}
+
+func sameIP(a, b string) bool {
+	ip := net.ParseIP(a)
+	return ip != nil && ip.Equal(net.ParseIP(b))
+}
+
+// reconcileInitialized reports the control plane initialized once a control-plane Machine's
+// node is registered in the workload cluster: its API server then accepts requests.
+func (r *Reconciler) reconcileInitialized(_ context.Context, s *scope) (ctrl.Result, error) {
+	if !s.initialized() && s.machines.Filter(collections.HasNode()).Len() > 0 {
+		s.kcp.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
+	}
+	return ctrl.Result{}, nil
+}
