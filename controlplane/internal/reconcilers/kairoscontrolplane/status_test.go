@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -617,16 +618,21 @@ func TestSetAvailableCondition(t *testing.T) {
 	})
 }
 
-// TestUpdateStatusConditions: updateStatus calls every setter; the setters' tables check what
-// each sets.
+// TestUpdateStatusConditions: updateStatus calls every setter (the setters' tables check what
+// each sets), and ownedConditions, the conditions the patch helper writes over a concurrent
+// change, lists exactly the conditions it sets, and Paused, which Reconcile sets.
 func TestUpdateStatusConditions(t *testing.T) {
+	owned := slices.DeleteFunc(slices.Clone(ownedConditions), func(c string) bool { return c == clusterv1.PausedCondition })
 	for _, tc := range []struct {
 		name  string
 		setup func(f *fixture)
+		// notSet are the owned conditions left as they were.
+		notSet []string
 	}{
 		{name: "settled control plane", setup: settled},
 		{name: "no Machines, not initialized", setup: func(f *fixture) { f.notInitialized() }},
-		{name: "deleting", setup: deletingControlPlane},
+		{name: "deleting: BootstrapProviderCompatible is not evaluated", setup: deletingControlPlane,
+			notSet: []string{controlplanev1.BootstrapProviderCompatibleCondition}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx := testContext(t)
@@ -634,11 +640,15 @@ func TestUpdateStatusConditions(t *testing.T) {
 			tc.setup(f)
 			s := statusScope(t, f)
 			updateStatus(ctx, s)
-			// Every owned condition but Paused, which Reconcile sets, is always set.
-			for _, typ := range ownedConditions {
-				if typ != clusterv1.PausedCondition && conditions.Get(f.kcp, typ) == nil {
-					t.Errorf("%s not set", typ)
-				}
+			var set []string
+			for _, c := range f.kcp.Status.Conditions {
+				set = append(set, c.Type)
+			}
+			want := slices.DeleteFunc(slices.Clone(owned), func(c string) bool { return slices.Contains(tc.notSet, c) })
+			slices.Sort(set)
+			slices.Sort(want)
+			if !slices.Equal(set, want) {
+				t.Errorf("updateStatus set %v, want the owned conditions but Paused %v", set, want)
 			}
 			if f.kcp.Status.Replicas == nil || f.kcp.Status.Selector == "" {
 				t.Errorf("replicas = %v, selector %q: setReplicas not called", f.kcp.Status.Replicas, f.kcp.Status.Selector)
