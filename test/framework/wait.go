@@ -74,17 +74,19 @@ func Logger() logr.Logger {
 var logSink = sharedLogSink{level: uberzap.NewAtomicLevelAt(zapcore.FatalLevel + 1)}
 
 type sharedLogSink struct {
-	once    sync.Once
-	level   uberzap.AtomicLevel
-	mu      sync.Mutex
-	capture *bytes.Buffer
+	once  sync.Once
+	level uberzap.AtomicLevel
+	mu    sync.Mutex
+	// captures are the running LogCaptures' buffers: tests running side by side each get every
+	// line (they share the controllers, whose logs name no test).
+	captures map[*bytes.Buffer]struct{}
 }
 
 func (s *sharedLogSink) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.capture != nil {
-		s.capture.Write(p)
+	for b := range s.captures {
+		b.Write(p)
 	}
 	if os.Getenv("KAIROS_TEST_LOG") != "" {
 		return os.Stderr.Write(p)
@@ -106,21 +108,26 @@ func CaptureLogs() *LogCapture {
 	Logger() // initialize the level
 	c := &LogCapture{}
 	logSink.mu.Lock()
-	logSink.capture = &c.buf
-	logSink.mu.Unlock()
+	defer logSink.mu.Unlock()
+	if logSink.captures == nil {
+		logSink.captures = map[*bytes.Buffer]struct{}{}
+	}
+	logSink.captures[&c.buf] = struct{}{}
 	// logr's V(n) is zap level -n.
 	logSink.level.SetLevel(zapcore.Level(-captureVerbosity))
 	return c
 }
 
-// Stop ends the capture and returns what was logged.
+// Stop ends the capture and returns what was logged; the level goes back once no capture runs.
 func (c *LogCapture) Stop() string {
 	logSink.mu.Lock()
 	defer logSink.mu.Unlock()
-	logSink.capture = nil
-	if os.Getenv("KAIROS_TEST_LOG") != "" {
+	delete(logSink.captures, &c.buf)
+	switch {
+	case len(logSink.captures) > 0:
+	case os.Getenv("KAIROS_TEST_LOG") != "":
 		logSink.level.SetLevel(zapcore.DebugLevel)
-	} else {
+	default:
 		logSink.level.SetLevel(zapcore.FatalLevel + 1)
 	}
 	return c.buf.String()

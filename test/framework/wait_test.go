@@ -29,3 +29,21 @@ func TestCaptureLogs(t *testing.T) {
 		}
 	}
 }
+
+// Captures running side by side (parallel tests) each get every line; stopping one leaves the
+// other recording at its level.
+func TestOverlappingCaptures(t *testing.T) {
+	log := framework.Logger().WithName("overlap-test")
+	first := framework.CaptureLogs()
+	second := framework.CaptureLogs()
+	log.V(7).Info("both see this")
+	gotFirst := first.Stop()
+	log.V(7).Info("only the second sees this")
+	gotSecond := second.Stop()
+	if !strings.Contains(gotFirst, "both see this") || strings.Contains(gotFirst, "only the second") {
+		t.Errorf("first capture:\n%s", gotFirst)
+	}
+	if !strings.Contains(gotSecond, "both see this") || !strings.Contains(gotSecond, "only the second sees this") {
+		t.Errorf("second capture:\n%s", gotSecond)
+	}
+}

@@ -272,6 +272,8 @@ func (w *machineCountWatch) result() (most, fewestActive int) {
 func TestControlPlaneWithWorkers(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			start := time.Now()
 			// Everything the controllers log, up to debug verbosity V(7), is searched for secrets
 			// below.
@@ -374,6 +376,8 @@ func TestControlPlaneWithWorkers(t *testing.T) {
 func TestHAScaleUpAndDown(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3, failureDomains: []string{"fd-a", "fd-b", "fd-c"}})
 			machines := c.waitSettled(3, version, waitScale)
@@ -415,6 +419,8 @@ func (c *cpCluster) scale(n int32) {
 func TestRollout(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3, version: oldVersion})
 			before := c.waitSettled(3, oldVersion, waitScale)
@@ -471,6 +477,8 @@ func assertReplaced(t *testing.T, before, after []clusterv1.Machine) {
 func TestRemediation(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
 			machines := c.waitSettled(3, version, waitScale)
@@ -512,6 +520,8 @@ func TestRemediation(t *testing.T) {
 func TestPauseAndResume(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
 			c.waitSettled(1, version, waitScale)
 			c.setPaused(true)
@@ -554,6 +564,8 @@ func (c *cpCluster) setPaused(paused bool) {
 func TestDeleteCluster(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
 			if _, err := c.CreateMachineDeployment(c.ctx, "workers", harness.MachineDeploymentOptions{
 				Replicas: 1, Version: version, Config: workerConfig(dist),
@@ -731,6 +743,8 @@ func TestRestartMidRollout(t *testing.T) {
 func TestKubeconfigRotation(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1, mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.Kubeconfig.ClientCertificateValiditySeconds = ptr.To[int32](3600)
 			}})

@@ -110,6 +110,8 @@ func (c *cpCluster) machineByName(name string) *clusterv1.Machine {
 func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1, version: oldVersion})
 			c.waitSettled(1, oldVersion, waitScale)
 
@@ -219,6 +221,8 @@ func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
 func TestTwoUnhealthyMachinesRecover(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
 			machines := c.waitSettled(3, version, waitScale)
 			c.createHealthCheck(corev1.ConditionFalse)
@@ -254,6 +258,8 @@ func TestTwoUnhealthyMachinesRecover(t *testing.T) {
 func TestEtcdPartitionAndPowerOff(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
 			machines := c.waitSettled(3, version, waitScale)
 

@@ -28,6 +28,8 @@ func TestAPIServerPortBehindLoadBalancer(t *testing.T) {
 	const apiServerPort = 6443
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3, cluster: harness.ClusterOptions{
 				ClusterNetwork: clusterv1.ClusterNetwork{APIServerPort: apiServerPort},
@@ -87,6 +89,8 @@ func TestAPIServerPortBehindLoadBalancer(t *testing.T) {
 func TestVirtualIPSurvivesLosingItsHolder(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3, cluster: harness.ClusterOptions{VirtualIP: true},
 				mutate: func(s *controlplanev1.KairosControlPlaneSpec) {

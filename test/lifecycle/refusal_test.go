@@ -68,6 +68,8 @@ func wrongWorkerToken(t *testing.T, ctx context.Context, tc *harness.TestCluster
 func TestWrongTokenIsRefused(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			start := time.Now()
 			ctx := framework.Context(t)
 			ns := h.NewNamespace(t)
@@ -145,6 +147,8 @@ func TestWrongTokenIsRefused(t *testing.T) {
 func TestWrongInstalledVersionIsRefused(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			start := time.Now()
 			ctx := framework.Context(t)
 			ns := h.NewNamespace(t)

@@ -67,6 +67,8 @@ func waitControlPlaneInitialized(t *testing.T, tc *harness.TestCluster) {
 func TestStandaloneControlPlaneAndWorkers(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
+			// The distributions run side by side: their clusters share nothing but the harness.
+			t.Parallel()
 			start := time.Now()
 			ctx := framework.Context(t)
 			ns := h.NewNamespace(t)

@@ -113,11 +113,14 @@ func StartProxy(name string, upstream *rest.Config, servingCert tls.Certificate,
 		// Watches stream events: pass every chunk on at once.
 		FlushInterval: -1,
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			// A client that goes away (a stopped manager ending its watches) is not an error
-			// of the proxy; anything else is answered like an unreachable API server.
-			if !errors.Is(err, context.Canceled) {
-				w.WriteHeader(http.StatusBadGateway)
+			// A client that goes away (a stopped manager ending its watches, a killed one with
+			// requests in flight) is not an error of the proxy: the request is recorded as cut
+			// short; anything else is answered like an unreachable API server.
+			if errors.Is(err, context.Canceled) {
+				w.WriteHeader(StatusClientClosed)
+				return
 			}
+			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
 	p.server = &http.Server{
@@ -221,22 +224,36 @@ func (p *Proxy) count(next http.Handler) http.Handler {
 			req.Patch = string(body[:min(len(body), maxPatch)])
 		}
 		sw := &statusWriter{ResponseWriter: w, code: http.StatusOK}
+		// Recorded even when the reverse proxy aborts the answer (it panics with
+		// http.ErrAbortHandler when the client went away while the answer was copied): with the
+		// API server's code when it had answered, otherwise as cut short.
+		defer func() {
+			req.Code = sw.code
+			if !sw.wrote {
+				req.Code = StatusClientClosed
+			}
+			p.mu.Lock()
+			p.requests = append(p.requests, req)
+			p.mu.Unlock()
+		}()
 		next.ServeHTTP(sw, r)
-		req.Code = sw.code
-		p.mu.Lock()
-		p.requests = append(p.requests, req)
-		p.mu.Unlock()
+		sw.wrote = true // an answer without an explicit status is a 200
 	})
 }
+
+// StatusClientClosed is the code a request is recorded with when its client went away before the
+// answer (nginx's "client closed request"): the API server may or may not have carried it out.
+const StatusClientClosed = 499
 
 // statusWriter remembers the status code of a response.
 type statusWriter struct {
 	http.ResponseWriter
-	code int
+	code  int
+	wrote bool
 }
 
 func (s *statusWriter) WriteHeader(code int) {
-	s.code = code
+	s.code, s.wrote = code, true
 	s.ResponseWriter.WriteHeader(code)
 }
 

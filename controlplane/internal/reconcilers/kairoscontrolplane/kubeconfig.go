@@ -115,7 +115,10 @@ func kubeconfigMetadataCurrent(existing *corev1.Secret, s *scope) bool {
 	return metav1.IsControlledBy(existing, s.kcp)
 }
 
-// kubeconfigNotAfter returns when the client certificate of a kubeconfig expires.
+// kubeconfigNotAfter returns when the client certificate of a kubeconfig expires. Cluster API's
+// util/kubeconfig.NeedsClientCertRotation answers only whether a certificate expires within a
+// threshold; the control plane also needs when it will, to come back exactly then (no event
+// brings it back before), so it reads the expiry itself.
 func kubeconfigNotAfter(data []byte) (time.Time, error) {
 	cfg, err := clientcmd.Load(data)
 	if err != nil {

@@ -218,6 +218,7 @@ var ownedConditions = []string{
 	controlplanev1.RemediatingCondition,
 	controlplanev1.DeletingCondition,
 	controlplanev1.EtcdClusterHealthyCondition,
+	controlplanev1.BootstrapProviderCompatibleCondition,
 }
 
 // newScope gathers the control plane's Machines and their KairosConfigs.
