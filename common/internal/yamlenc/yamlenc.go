@@ -21,10 +21,10 @@
 // fields in order, map keys sorted)? BenchmarkEncode writes the renderer's 13
 // golden documents both ways (TestEncodersAgree shows they read back equal;
 // yaml.v3 would only quote some scalars differently, so the goldens would
-// change in a few lines each). This package takes 1/13 of the time, 1/16 of
-// the memory and 1/44 of the allocations (0.7-1.2 ms, 275 KB, 233 allocs for
-// all 13, against 12-14 ms, 4.4 MB, 10,300 allocs, on 2 cores), and 1/7 of the
-// time for the k0s ClusterConfig alone. For a k3s agent, the most common
+// change in a few lines each). This package takes 1/13 to 1/20 of the time,
+// 1/16 of the memory and 1/44 of the allocations (0.5-1.2 ms, 275 KB, 233
+// allocs for all 13, against 10-14 ms, 4.4 MB, 10,300 allocs, on 2 shared
+// cores), and 1/7 to 1/10 of the time for the k0s ClusterConfig alone. For a k3s agent, the most common
 // node, the document costs 13 µs instead of 320 µs, so yaml.v3 would make the
 // whole render (29 µs, BenchmarkRenderWorker) about 11 times slower; a k0s
 // init controller's document costs 51-67 µs instead of about 1 ms. That keeps
