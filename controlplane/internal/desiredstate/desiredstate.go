@@ -40,15 +40,24 @@ func MachineName(tmpl, clusterName, controlPlaneName, random string) (string, er
 	return name, nil
 }
 
-// KairosConfigSpec returns the KairosConfig spec of a control-plane Machine built from base
-// (the inline kairosConfigSpec or the referenced template's spec): the provider owns role,
-// distribution and single-node mode, and defaults are applied so that specs compare equal
-// across provider versions that only add defaults.
-func KairosConfigSpec(base *bootstrapv1.KairosConfigSpec, distribution bootstrapv1.Distribution, singleNode bool) *bootstrapv1.KairosConfigSpec {
+// RequestedKairosConfigSpec is the KairosConfig spec the control plane asks for a Machine built
+// from base (the inline kairosConfigSpec or the referenced template's spec): base and the fields
+// the provider owns, role, distribution and single-node mode, without defaults. The installed
+// bootstrap provider's webhook defaults the rest, so a control plane newer than the bootstrap
+// provider never sends a field only its own defaults would set.
+func RequestedKairosConfigSpec(base *bootstrapv1.KairosConfigSpec, distribution bootstrapv1.Distribution, singleNode bool) *bootstrapv1.KairosConfigSpec {
 	spec := base.DeepCopy()
 	spec.Role = bootstrapv1.RoleControlPlane
 	spec.Distribution = distribution
 	spec.SingleNode = singleNode
+	return spec
+}
+
+// KairosConfigSpec is the requested spec with this release's defaults applied: what Machines
+// are compared with (both sides defaulted, so that releases that only add defaults roll
+// nothing) and what admission validates.
+func KairosConfigSpec(base *bootstrapv1.KairosConfigSpec, distribution bootstrapv1.Distribution, singleNode bool) *bootstrapv1.KairosConfigSpec {
+	spec := RequestedKairosConfigSpec(base, distribution, singleNode)
 	spec.Default()
 	return spec
 }

@@ -19,6 +19,7 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/internal/desiredstate"
 )
 
 // scope is what one reconciliation knows about a control plane. Phases fill the observations;
@@ -110,27 +111,21 @@ func (s *scope) activeMachines() collections.Machines {
 	return s.machines.Filter(collections.ActiveMachines)
 }
 
-// requestedConfig is the KairosConfig spec the control plane asks for a new Machine: the base
-// spec and the fields the control plane owns (role, distribution, single-node mode), without
-// defaults, which the installed bootstrap provider's webhook applies.
+// requestedConfig is the KairosConfig spec the control plane asks for a new Machine (see
+// desiredstate.RequestedKairosConfigSpec); nil while the base spec cannot be read.
 func (s *scope) requestedConfig() *bootstrapv1.KairosConfigSpec {
 	if s.baseConfig == nil {
 		return nil
 	}
-	spec := s.baseConfig.DeepCopy()
-	spec.Role = bootstrapv1.RoleControlPlane
-	spec.Distribution = s.kcp.Spec.Distribution
-	spec.SingleNode = s.desiredReplicas() == 1
-	return spec
+	return desiredstate.RequestedKairosConfigSpec(s.baseConfig, s.kcp.Spec.Distribution, s.desiredReplicas() == 1)
 }
 
 // desiredConfig is the requested spec with defaults applied, what Machines are compared with.
 func (s *scope) desiredConfig() *bootstrapv1.KairosConfigSpec {
-	spec := s.requestedConfig()
-	if spec != nil {
-		spec.Default()
+	if s.baseConfig == nil {
+		return nil
 	}
-	return spec
+	return desiredstate.KairosConfigSpec(s.baseConfig, s.kcp.Spec.Distribution, s.desiredReplicas() == 1)
 }
 
 // upToDate says whether a Machine matches the spec, and if not, why. It is computed once per
