@@ -65,6 +65,8 @@ func TestMixedVersions(t *testing.T) {
 			second = bootstrapProvider
 		}
 		t.Run(first.Name+" first", func(t *testing.T) {
+			// Each order has its own management cluster: they run side by side.
+			t.Parallel()
 			x := startMixed(t, first.Name+"-first", previousVersion(t, bootstrapProvider), previousVersion(t, controlPlaneProvider))
 			x.createCluster(t, 1)
 			start := time.Now()
