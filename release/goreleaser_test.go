@@ -135,11 +135,7 @@ func binaries(t *testing.T, dist string) map[string]bool {
 
 func repositoryRoot(t *testing.T) string {
 	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := repo.FindRoot(wd)
+	root, err := repo.FindRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}

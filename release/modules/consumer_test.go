@@ -168,11 +168,7 @@ func (c *consumer) output(dir string, env []string, args ...string) string {
 
 func repositoryRoot(t *testing.T) string {
 	t.Helper()
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := repo.FindRoot(wd)
+	root, err := repo.FindRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -323,14 +323,7 @@ func TestValidateRefusesBrokenLists(t *testing.T) {
 // The repository's own list: every module of go.work, every go.mod at the listed versions,
 // the provider modules published under the providers' tags.
 func TestRepositoryModules(t *testing.T) {
-	wd, err := os.Getwd()
-	if err != nil {
-		t.Fatal(err)
-	}
-	root, err := repo.FindRoot(wd)
-	if err != nil {
-		t.Fatal(err)
-	}
+	root := repositoryRoot(t)
 	l := load(t, root)
 	expectProblems(t, check(t, root))
 

@@ -253,6 +253,7 @@ func FindRoot(start string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	start = dir
 	for {
 		if info, err := os.Stat(filepath.Join(dir, "go.work")); err == nil && !info.IsDir() {
 			return dir, nil

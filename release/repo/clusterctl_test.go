@@ -27,8 +27,7 @@ func TestClusterctlReadsTheRepository(t *testing.T) {
 	t.Setenv("HOME", t.TempDir())
 	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
 
-	wd, _ := os.Getwd()
-	root, err := repo.FindRoot(wd)
+	root, err := repo.FindRoot(".")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,11 +2,8 @@ package bootstrap_test
 
 import (
 	"fmt"
-	"strings"
 	"testing"
 
-	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
-	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"k8s.io/utils/ptr"
@@ -112,36 +109,7 @@ var celAccepted = []struct {
 // refused by its CEL rule, at its field and in the webhook's words, for KairosConfigs and
 // KairosConfigTemplates, and the webhook's own validation refuses it the same way.
 func TestCELRulesWithoutWebhooks(t *testing.T) {
-	crds, err := framework.ProjectCRDFiles("bootstrap")
-	if err != nil {
-		t.Fatal(err)
-	}
-	loaded, err := framework.LoadCRDs(crds...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The role- and distribution-dependent rules are written twice, on KairosConfig's spec and
-	// on KairosConfigTemplate's: they must stay the same.
-	rules := map[string]apiextensionsv1.ValidationRules{}
-	for _, crd := range loaded {
-		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
-		if crd.Spec.Names.Kind == "KairosConfigTemplate" {
-			spec = spec.Properties["template"].Properties["spec"]
-		}
-		rules[crd.Spec.Names.Kind] = spec.XValidations
-	}
-	if len(rules["KairosConfig"]) == 0 || !equality.Semantic.DeepEqual(rules["KairosConfig"], rules["KairosConfigTemplate"]) {
-		t.Fatalf("the spec rules of KairosConfig and KairosConfigTemplate differ:\n%v\n%v", rules["KairosConfig"], rules["KairosConfigTemplate"])
-	}
-
-	env, err := framework.Start(framework.Options{CRDs: loaded, Scheme: mgmt.Scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
-	if len(env.WebhookInstallOptions.MutatingWebhooks)+len(env.WebhookInstallOptions.ValidatingWebhooks) != 0 {
-		t.Fatal("the schema-only API server has webhooks")
-	}
+	env := framework.StartSchemaOnly(t, "bootstrap", "KairosConfig", mgmt.Scheme)
 	ns := framework.NewNamespace(t, env.Client, "cel-")
 	ctx := framework.Context(t)
 
@@ -169,18 +137,7 @@ func TestCELRulesWithoutWebhooks(t *testing.T) {
 			spec := validControlPlane()
 			tc.mutate(&spec)
 			errC, errT := create(fmt.Sprintf("refused-%02d", i), spec)
-			for _, c := range []struct {
-				err  error
-				path string
-			}{{errC, "spec." + tc.field}, {errT, "spec.template.spec." + tc.field}} {
-				if c.err == nil {
-					t.Errorf("accepted without webhooks (want %s refused)", c.path)
-					continue
-				}
-				if msg := c.err.Error(); !strings.Contains(msg, c.path+": ") || !strings.Contains(msg, tc.want) {
-					t.Errorf("refusal does not name %s with %q:\n%v", c.path, tc.want, msg)
-				}
-			}
+			framework.ExpectRefusedAt(t, tc.want, map[string]error{"spec." + tc.field: errC, "spec.template.spec." + tc.field: errT})
 
 			// The webhook refuses the same spec at the same field in the same words: its API
 			// validation, then (only when that passes) its dry render.
@@ -190,13 +147,7 @@ func TestCELRulesWithoutWebhooks(t *testing.T) {
 			if len(errs) == 0 {
 				errs = dryrun.Render(defaulted, field.NewPath("spec"))
 			}
-			found := false
-			for _, e := range errs {
-				found = found || (e.Field == "spec."+tc.field && strings.Contains(e.Error(), tc.want))
-			}
-			if !found {
-				t.Errorf("the webhook's validation does not refuse spec.%s with %q: %v", tc.field, tc.want, errs)
-			}
+			framework.ExpectFieldError(t, errs, "spec."+tc.field, tc.want)
 		})
 	}
 }

@@ -229,8 +229,10 @@ func (c *cpCluster) kcpProblems() string {
 type machineCountWatch struct {
 	mu       sync.Mutex
 	max, min int
-	stop     chan struct{}
-	done     chan struct{}
+	// peak describes the Machines seen when there were most of them, for the failure message.
+	peak string
+	stop chan struct{}
+	done chan struct{}
 }
 
 func (c *cpCluster) watchMachineCount() *machineCountWatch {
@@ -246,6 +248,9 @@ func (c *cpCluster) watchMachineCount() *machineCountWatch {
 					}
 				}
 				w.mu.Lock()
+				if len(machines) > w.max {
+					w.peak = describeMachines(machines)
+				}
 				w.max, w.min = max(w.max, len(machines)), min(w.min, active)
 				w.mu.Unlock()
 			}
@@ -265,6 +270,29 @@ func (w *machineCountWatch) result() (most, fewestActive int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.max, w.min
+}
+
+// peakMachines describes the Machines seen at the peak count.
+func (w *machineCountWatch) peakMachines() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.peak
+}
+
+// describeMachines names each Machine with its version, age, node and deletion state.
+func describeMachines(machines []clusterv1.Machine) string {
+	var out []string
+	for _, m := range machines {
+		d := fmt.Sprintf("%s (%s, created %s, uid %s", m.Name, m.Spec.Version, m.CreationTimestamp.UTC().Format(time.TimeOnly), m.UID)
+		if m.Status.NodeRef.IsDefined() {
+			d += ", node " + m.Status.NodeRef.Name
+		}
+		if !m.DeletionTimestamp.IsZero() {
+			d += ", deleting since " + m.DeletionTimestamp.UTC().Format(time.TimeOnly)
+		}
+		out = append(out, d+")")
+	}
+	return strings.Join(out, "; ")
 }
 
 // TestControlPlaneWithWorkers: one control-plane Machine and a MachineDeployment of two workers
@@ -437,7 +465,7 @@ func TestRollout(t *testing.T) {
 			most, fewest := w.result()
 			t.Logf("rolled out to %s with maxSurge 1 after %s (at most %d Machines, at least %d active)", version, time.Since(start).Round(time.Second), most, fewest)
 			if most > 4 || fewest < 3 {
-				t.Errorf("maxSurge 1 rollout had up to %d Machines and down to %d active, want 4 and 3", most, fewest)
+				t.Errorf("maxSurge 1 rollout had up to %d Machines and down to %d active, want 4 and 3; at the peak: %s", most, fewest, w.peakMachines())
 			}
 			assertReplaced(t, before, after)
 
@@ -451,7 +479,7 @@ func TestRollout(t *testing.T) {
 			most, fewest = w.result()
 			t.Logf("rolled out to %s with maxSurge 0 after %s (at most %d Machines, at least %d active)", next, time.Since(start).Round(time.Second), most, fewest)
 			if most > 3 || fewest < 2 {
-				t.Errorf("maxSurge 0 rollout had up to %d Machines and down to %d active, want 3 and 2", most, fewest)
+				t.Errorf("maxSurge 0 rollout had up to %d Machines and down to %d active, want 3 and 2; at the peak: %s", most, fewest, w.peakMachines())
 			}
 			assertReplaced(t, after, final)
 		})
@@ -708,7 +736,7 @@ func TestRestartMidRollout(t *testing.T) {
 			}
 			c.waitSettled(3, version, 2*waitScale)
 			if most, _ := w.result(); most > 4 {
-				t.Errorf("up to %d Machines across the restart, want at most 4", most)
+				t.Errorf("up to %d Machines across the restart, want at most 4; at the peak: %s", most, w.peakMachines())
 			}
 
 			// A restart with nothing to do rolls nothing.

@@ -244,7 +244,7 @@ func TestTwoUnhealthyMachinesRecover(t *testing.T) {
 			})
 			c.waitSettled(3, version, 3*waitScale)
 			if most, _ := w.result(); most > 4 {
-				t.Errorf("up to %d Machines at once, want at most 4", most)
+				t.Errorf("up to %d Machines at once, want at most 4; at the peak: %s", most, w.peakMachines())
 			}
 		})
 	}

@@ -101,10 +101,7 @@ func findRoot(root *string) error {
 	if *root != "" {
 		return nil
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return err
-	}
-	*root, err = repo.FindRoot(wd)
+	var err error
+	*root, err = repo.FindRoot(".")
 	return err
 }

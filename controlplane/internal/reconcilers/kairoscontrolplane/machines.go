@@ -247,9 +247,12 @@ func (r *Reconciler) applyMachine(ctx context.Context, m *clusterv1.Machine) err
 		return err
 	}
 	u := &unstructured.Unstructured{Object: obj}
-	// Only what this controller means to own: no status, no server-set metadata.
+	// Only what this controller means to own: no status, no server-set metadata. The uid of an
+	// existing Machine stays: server-side apply then updates that very Machine or fails, and never
+	// creates it again after a stale cache still listed it (Cluster API's ssa.Patch keeps it for
+	// the same reason).
 	unstructured.RemoveNestedField(u.Object, "status")
-	for _, f := range []string{"creationTimestamp", "resourceVersion", "uid", "managedFields", "generation"} {
+	for _, f := range []string{"creationTimestamp", "resourceVersion", "managedFields", "generation"} {
 		unstructured.RemoveNestedField(u.Object, "metadata", f)
 	}
 	if err := r.Client.Apply(ctx, client.ApplyConfigurationFromUnstructured(u), client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
@@ -271,7 +274,7 @@ func desiredMachine(s *scope, m *clusterv1.Machine) *clusterv1.Machine {
 	}
 	d := &clusterv1.Machine{
 		ObjectMeta: metav1.ObjectMeta{
-			Name: m.Name, Namespace: m.Namespace, Labels: machineLabels(s), Annotations: annotations,
+			Name: m.Name, Namespace: m.Namespace, UID: m.UID, Labels: machineLabels(s), Annotations: annotations,
 			OwnerReferences: []metav1.OwnerReference{s.ownerRef()},
 		},
 		Spec: clusterv1.MachineSpec{
@@ -399,6 +402,12 @@ func (r *Reconciler) syncMachine(ctx context.Context, s *scope, m *clusterv1.Mac
 	rv := live.ResourceVersion
 	if machineNeedsApply(live, desired) {
 		if err := r.applyMachine(ctx, desired); err != nil {
+			if apierrors.IsConflict(err) {
+				// The Machine with this uid is gone; the cache catches up and the next
+				// reconciliation no longer lists it.
+				ctrl.LoggerFrom(ctx).V(4).Info("Machine is gone, not updating it", "Machine", klog.KObj(m))
+				return nil
+			}
 			return fmt.Errorf("updating Machine %s: %w", m.Name, err)
 		}
 		rv = desired.ResourceVersion

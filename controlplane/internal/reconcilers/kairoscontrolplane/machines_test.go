@@ -3,12 +3,15 @@ package kairoscontrolplane
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -518,5 +521,52 @@ func TestCacheWaitsAfterCreateAndDelete(t *testing.T) {
 	// what is checked here is that the delete went through the client that can ask for it.
 	if got := e.deletedMachines(); len(got) != 1 {
 		t.Fatalf("deleted %v, want one Machine", got)
+	}
+}
+
+// A Machine the cache still lists after it is gone is not applied back into existence: the
+// apply carries its uid, which the API server holds against a missing object.
+func TestSyncMachineNeverRecreatesAGoneMachine(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t).replicas(1)
+	// The fake client creates whatever is applied; a kube-apiserver (v1.36, checked with envtest)
+	// answers an apply whose metadata.uid names no existing object with 409 "uid mismatch".
+	f.interceptor = &interceptor.Funcs{Apply: func(ctx context.Context, c client.WithWatch, obj runtime.ApplyConfiguration, opts ...client.ApplyOption) error {
+		// The control plane applies unstructured objects, which carry their metadata getters.
+		meta, ok := obj.(metav1.Object)
+		if !ok {
+			return fmt.Errorf("applied a %T, not an object with metadata", obj)
+		}
+		if uid := meta.GetUID(); uid != "" {
+			live := &clusterv1.Machine{}
+			if err := c.Get(ctx, client.ObjectKey{Namespace: meta.GetNamespace(), Name: meta.GetName()}, live); apierrors.IsNotFound(err) || live.UID != uid {
+				return apierrors.NewConflict(clusterv1.GroupVersion.WithResource("machines").GroupResource(), meta.GetName(),
+					fmt.Errorf("uid mismatch: the provided object specified uid %s, and no existing object was found", uid))
+			}
+		}
+		return c.Apply(ctx, obj, opts...)
+	}}
+	e := f.build()
+	if err := e.r.createMachine(ctx, e.scope(ctx), "", nil); err != nil {
+		t.Fatal(err)
+	}
+	s := e.scope(ctx)
+	stale := e.getMachine(e.newMachines()[0].Name)
+	if err := e.c.Delete(ctx, stale); err != nil {
+		t.Fatal(err)
+	}
+	// The fake client assigns no uids; an API server gave the Machine one.
+	stale.UID = "0a6f1c3e-gone"
+	// A label added to the template makes the stale Machine look outdated in its metadata.
+	s.kcp.Spec.MachineTemplate.ObjectMeta.Labels = map[string]string{"tier": "cp"}
+	if err := e.r.syncMachine(ctx, s, stale); err != nil {
+		t.Fatalf("syncing a gone Machine: %v", err)
+	}
+	list := &clusterv1.MachineList{}
+	if err := e.c.List(ctx, list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Items) != 0 {
+		t.Errorf("the gone Machine %s was created again", list.Items[0].Name)
 	}
 }
