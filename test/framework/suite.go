@@ -123,6 +123,7 @@ func (s *Suite) startManager(o SuiteOptions) error {
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
 		Cache:                  manager.CacheOptions("", 10*time.Minute),
+		NewCache:               manager.NewCache,
 		Controller:             o.Controller,
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Host: wh.LocalServingHost, Port: wh.LocalServingPort, CertDir: wh.LocalServingCertDir,

@@ -159,6 +159,7 @@ func run(ctx context.Context, p Provider, o *Options) error {
 		PprofBindAddress:           o.ProfilerAddress,
 		Metrics:                    *metricsOptions,
 		Cache:                      p.Cache(o.WatchNamespace, o.SyncPeriod),
+		NewCache:                   NewCache,
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Port: o.WebhookPort, CertDir: o.WebhookCertDir, CertName: o.WebhookCertName, KeyName: o.WebhookKeyName, TLSOpts: tlsOptions,
 		}),
