@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -428,15 +429,13 @@ func TestHAScaleUpAndDown(t *testing.T) {
 	}
 }
 
-// scale changes the replicas through the scale subresource, as `kubectl scale` does.
+// scale changes the replicas through the scale subresource, as `kubectl scale` does: a merge
+// patch without a resourceVersion, which a status update of the control plane in between cannot
+// turn into a conflict (a read and an update of the Scale could, and did).
 func (c *cpCluster) scale(n int32) {
 	c.t.Helper()
-	s := &autoscalingv1.Scale{}
-	if err := h.Client.SubResource("scale").Get(c.ctx, c.kcp, s); err != nil {
-		c.t.Fatal(err)
-	}
-	s.Spec.Replicas = n
-	if err := h.Client.SubResource("scale").Update(c.ctx, c.kcp, client.WithSubResourceBody(s)); err != nil {
+	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n))
+	if err := h.Client.SubResource("scale").Patch(c.ctx, c.kcp, patch, client.WithSubResourceBody(&autoscalingv1.Scale{})); err != nil {
 		c.t.Fatal(err)
 	}
 }
