@@ -120,7 +120,7 @@ func (r *Reconciler) refreshJoinToken(ctx context.Context, s *scope, secret *cor
 		// config on every restart).
 		log.V(4).Info("Workload cluster not connected yet, keeping the join token condition")
 		s.joinToken = conditions.Get(s.config, bootstrapv1.JoinTokenAvailableCondition)
-		return ctrl.Result{RequeueAfter: notConnectedRequeue}, nil
+		return r.retryOnceConnected(s), nil
 	case err == nil:
 		log.V(4).Info("Join token valid", "until", valid)
 		s.joinToken = validJoinTokenCondition(id, valid)
@@ -396,7 +396,7 @@ func (r *Reconciler) prepareK0sJoinToken(ctx context.Context, s *scope, role tok
 		ctrl.LoggerFrom(ctx).V(4).Info("Workload cluster not connected yet, waiting before rendering the data")
 		s.keepStatus = true
 		s.halt()
-		return ctrl.Result{RequeueAfter: notConnectedRequeue}, nil
+		return r.retryOnceConnected(s), nil
 	case err != nil:
 		s.wait(bootstrapv1.WaitingForJoinTokenReason, "%s", describeTokenErr(err))
 		return ctrl.Result{RequeueAfter: waitRequeue}, nil
@@ -514,7 +514,7 @@ func (r *Reconciler) reconcileNodeProviderID(ctx context.Context, s *scope) ctrl
 	switch {
 	case errors.Is(err, clustercache.ErrClusterNotConnected):
 		s.nodeProviderID = conditions.Get(s.config, bootstrapv1.NodeProviderIDCondition)
-		return ctrl.Result{RequeueAfter: notConnectedRequeue}
+		return r.retryOnceConnected(s)
 	case apierrors.IsNotFound(err):
 		s.nodeProviderID = nodeProviderIDCondition(metav1.ConditionFalse, bootstrapv1.WaitingForNodeReason,
 			"waiting for Node %s to register in the workload cluster", name)

@@ -27,6 +27,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/secret"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
@@ -1296,13 +1297,16 @@ func TestNewWorkerWritesTheFloor(t *testing.T) {
 
 // TestNotConnectedWritesNothing: before the ClusterCache tried to connect to the workload cluster
 // (a manager that just started), a worker's config gets no data, no token and no status write;
-// it comes back soon. Once a connection was tried and failed, it says it waits for its token.
+// it comes back soon, and as soon as the connection event asks: it gives back its slot of Cluster
+// API's per-object rate limit (a deferral to the zero time). Once a connection was tried and
+// failed, it says it waits for its token.
 func TestNotConnectedWritesNothing(t *testing.T) {
 	cluster := newCluster()
 	cluster.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
 	c := newClient(t, append(pkiObjects(t), cluster, newMachine("w", "v1.31.2"), newConfig("w", bootstrapv1.KairosConfigSpec{}))...)
 	tokens := &stubTokens{readyErr: errConnecting}
-	r := &Reconciler{Client: c, APIReader: c, TokenTTL: 15 * time.Minute, Tokens: tokens}
+	fake := capicontrollerutil.NewFakeController()
+	r := &Reconciler{Client: c, APIReader: c, TokenTTL: 15 * time.Minute, Tokens: tokens, controller: fake}
 	r.complete()
 	before := &bootstrapv1.KairosConfig{}
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "w"}, before); err != nil {
@@ -1321,6 +1325,9 @@ func TestNotConnectedWritesNothing(t *testing.T) {
 	}
 	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "w"}, &corev1.Secret{}); !apierrors.IsNotFound(err) {
 		t.Errorf("data Secret: %v, want none", err)
+	}
+	if at, ok := fake.Deferrals[ctrl.Request{NamespacedName: client.ObjectKey{Namespace: ns, Name: "w"}}]; !ok || !at.IsZero() {
+		t.Errorf("next reconcile deferred to %v (recorded: %t), want the zero time: no wait once connected", at, ok)
 	}
 }
 
