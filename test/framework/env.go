@@ -28,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -200,6 +201,22 @@ func Start(o Options) (*Environment, error) {
 		return nil, err
 	}
 	return &Environment{Environment: env, Config: cfg, Client: c}, nil
+}
+
+// StartCore starts an API server without CRDs or webhooks, whose client knows the core kinds,
+// and stops it when the test ends.
+func StartCore(t testing.TB) *Environment {
+	t.Helper()
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		t.Fatal(err)
+	}
+	env, err := Start(Options{Scheme: scheme})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = env.Stop() })
+	return env
 }
 
 // WaitForWebhooks blocks until the local webhook server accepts TLS connections.

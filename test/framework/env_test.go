@@ -9,8 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kairos-capi/kairos-capi/test/framework"
@@ -19,15 +17,7 @@ import (
 // The controller manager the harnesses run collects garbage: an object whose owner is deleted
 // goes too, and so does the content of a deleted namespace.
 func TestControllerManagerCollectsGarbage(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	env, err := framework.Start(framework.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env := framework.StartCore(t)
 	kcm, err := env.StartControllerManager(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -83,15 +73,7 @@ var errStillThere = errors.New("still there")
 // cleaner deletes a bootstrap token Secret once the token's expiration has passed (the
 // lifecycle tests run it against simulated workload clusters), and leaves a valid one alone.
 func TestControllerManagerCleansExpiredTokens(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	env, err := framework.Start(framework.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env := framework.StartCore(t)
 	kubeconfig, err := framework.Kubeconfig(env.Config)
 	if err != nil {
 		t.Fatal(err)

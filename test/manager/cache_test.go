@@ -11,8 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
-	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	toolscache "k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
@@ -33,15 +31,7 @@ import (
 // namespace (checked here too, so that this test says when the workaround can go); without
 // manager.NewCache every such reconcile failed, for good.
 func TestDeferredReconcileInAWatchedNamespace(t *testing.T) {
-	scheme := runtime.NewScheme()
-	if err := clientgoscheme.AddToScheme(scheme); err != nil {
-		t.Fatal(err)
-	}
-	env, err := framework.Start(framework.Options{Scheme: scheme})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = env.Stop() })
+	env := framework.StartCore(t)
 	ns := framework.NewNamespace(t, env.Client, "watched-")
 
 	for _, tc := range []struct {
@@ -57,7 +47,7 @@ func TestDeferredReconcileInAWatchedNamespace(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			t.Cleanup(cancel)
 			mgr, err := ctrl.NewManager(env.Config, ctrl.Options{
-				Scheme:                 scheme,
+				Scheme:                 env.Client.Scheme(),
 				Metrics:                metricsserver.Options{BindAddress: "0"},
 				HealthProbeBindAddress: "0",
 				Cache:                  manager.CacheOptions(ns, 10*time.Minute),
