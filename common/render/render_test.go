@@ -540,6 +540,7 @@ func TestValidation(t *testing.T) {
 		{"generated file", func() Node { n := k0sWorker(); n.Files = []File{{Path: K0sTokenPath}}; return n }, `Files[0].Path: "/etc/k0s/token" is written by the renderer`},
 		{"bad mode", func() Node { n := k0sWorker(); n.Files = []File{{Path: "/x", Permissions: 0o10000}}; return n }, "Files[0].Permissions"},
 		{"bad owner", func() Node { n := k0sWorker(); n.Files = []File{{Path: "/x", Owner: "root"}}; return n }, "Files[0].Owner"},
+		{"mixed owner", func() Node { n := k0sWorker(); n.Files = []File{{Path: "/x", Owner: "root:1000"}}; return n }, "Files[0].Owner"},
 		{"invalid UTF-8", func() Node { n := k0sWorker(); n.Files = []File{{Path: "/x", Content: "\xff"}}; return n }, "Files[0].Content: is not valid UTF-8"},
 		{"empty pre-command", func() Node { n := k0sWorker(); n.PreCommands = []string{" "}; return n }, "PreCommands[0]: empty command"},
 		{"empty post-command", func() Node { n := k0sWorker(); n.PostCommands = []string{""}; return n }, "PostCommands[0]: empty command"},

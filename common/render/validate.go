@@ -17,10 +17,7 @@ import (
 	"github.com/kairos-capi/kairos-capi/common/token"
 )
 
-var (
-	hostPrefixRegex = regexp.MustCompile(`^[a-z0-9][-a-z0-9]*$`)
-	ownerPartRegex  = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9_.-]*$`)
-)
+var hostPrefixRegex = regexp.MustCompile(`^[a-z0-9][-a-z0-9]*$`)
 
 // isDNSName reports whether s is a lowercase RFC 1123 DNS name (labels of
 // [a-z0-9-], not starting or ending with '-', at most 63 characters; at most
@@ -253,11 +250,8 @@ func (n *Node) validateFiles(p *problems) {
 		if f.Permissions > 0o7777 {
 			p.add(field+".Permissions", "%#o is not a file mode", f.Permissions)
 		}
-		if f.Owner != "" {
-			u, g, ok := strings.Cut(f.Owner, ":")
-			if !ok || !ownerPartRegex.MatchString(u) || !ownerPartRegex.MatchString(g) {
-				p.add(field+".Owner", "%q must be \"user:group\"", f.Owner)
-			}
+		if f.Owner != "" && !syntax.IsFileOwner(f.Owner) {
+			p.add(field+".Owner", "%q must be \"user:group\" (both names or both numeric ids), matching %s", f.Owner, syntax.FileOwnerPattern)
 		}
 		for j := range i {
 			if n.Files[j].Path == f.Path {

@@ -31,6 +31,17 @@ func IsLinuxName(s string) bool {
 	return true
 }
 
+// FileOwnerPattern is the grammar of a written file's owner: "user:group", either both Linux
+// names (IsLinuxName) or both numeric ids. The renderer writes numeric pairs as yip's numeric
+// owner and group and names as its owner string, which the node resolves through its own user
+// database; a mixed pair would reach yip as a string it cannot resolve, so it is refused.
+const FileOwnerPattern = `^[a-z_][a-z0-9_-]{0,31}:[a-z_][a-z0-9_-]{0,31}$|^[0-9]{1,10}:[0-9]{1,10}$`
+
+var fileOwner = regexp.MustCompile(FileOwnerPattern)
+
+// IsFileOwner reports whether s matches FileOwnerPattern.
+func IsFileOwner(s string) bool { return fileOwner.MatchString(s) }
+
 // EnvNamePattern is the grammar of the environment variable names given to the distribution's
 // service: portable names (letters, digits and _, not starting with a digit), which a shell
 // can read back.

@@ -17,6 +17,18 @@ func TestIsLinuxName(t *testing.T) {
 	}
 }
 
+func TestIsFileOwner(t *testing.T) {
+	for s, want := range map[string]bool{
+		"root:root": true, "kairos:admin": true, "1000:1001": true, "0:0": true, "systemd-network:_x": true,
+		"": false, "root": false, "root:": false, ":root": false, "root:1000": false, "1000:root": false,
+		"Root:root": false, "a.b:c": false, "a:b:c": false, "12345678901:0": false, " root:root": false,
+	} {
+		if got := syntax.IsFileOwner(s); got != want {
+			t.Errorf("IsFileOwner(%q) = %v, want %v", s, got, want)
+		}
+	}
+}
+
 func TestIsEnvName(t *testing.T) {
 	for s, want := range map[string]bool{
 		"K0S_DEBUG": true, "_x": true, "http_proxy": true, "a1": true,

@@ -20,7 +20,6 @@ import (
 var (
 	githubUserPattern = regexp.MustCompile(`^[A-Za-z0-9](?:[A-Za-z0-9]|-[A-Za-z0-9]){0,38}$`)
 	permissionPattern = regexp.MustCompile(`^0?[0-7]{3}$`)
-	ownerPattern      = regexp.MustCompile(`^[a-z_][a-z0-9_-]{0,31}:[a-z_][a-z0-9_-]{0,31}$|^[0-9]+:[0-9]+$`)
 	// k3sTokenPattern is k3s' secure token format, which pins the server CA.
 	k3sTokenPattern = regexp.MustCompile(`^K10[0-9a-f]{64}::[^:\s]+:\S+$`)
 	sshKeyTypes     = []string{"ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
@@ -179,7 +178,7 @@ func (s *KairosConfigSpec) validateFiles(fld *field.Path) field.ErrorList {
 			errs = append(errs, field.Duplicate(p.Child("path"), f.Path))
 		}
 		seen[f.Path] = true
-		if f.Owner != "" && !ownerPattern.MatchString(f.Owner) {
+		if f.Owner != "" && !syntax.IsFileOwner(f.Owner) {
 			errs = append(errs, field.Invalid(p.Child("owner"), f.Owner,
 				`must be "user:group", for example root:root or 1000:1000`))
 		}
