@@ -53,7 +53,7 @@ func isDNSName(s string) bool {
 	return label > 0
 }
 
-// maxHostnameLen leaves room for the 8-character suffix in a 63-character
+// maxHostnamePrefixLen leaves room for the 8-character suffix in a 63-character
 // DNS label.
 const maxHostnamePrefixLen = 63 - 8
 
