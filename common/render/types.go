@@ -85,7 +85,8 @@ type Install struct {
 type File struct {
 	Path    string
 	Content string
-	// Owner is "user:group" (names or numeric ids); empty means root:root.
+	// Owner is "user:group" (both names or both numeric ids, syntax.IsFileOwner); empty means
+	// root:root.
 	Owner string
 	// Permissions is the file mode; 0 means 0600.
 	Permissions uint32

@@ -8,7 +8,9 @@ import (
 // LinuxNamePattern is the grammar of the Linux user and group names a node gets: the portable
 // names useradd and groupadd accept by default (lower case letters, digits, _ and -, not
 // starting with a digit or -), at most 32 characters. IsLinuxName implements it.
-const LinuxNamePattern = `^[a-z_][a-z0-9_-]{0,31}$`
+const LinuxNamePattern = `^` + linuxName + `$`
+
+const linuxName = `[a-z_][a-z0-9_-]{0,31}`
 
 // IsLinuxName reports whether s matches LinuxNamePattern. It is written out rather than a
 // regular expression because the renderer checks every user of every document.
@@ -35,7 +37,7 @@ func IsLinuxName(s string) bool {
 // names (IsLinuxName) or both numeric ids. The renderer writes numeric pairs as yip's numeric
 // owner and group and names as its owner string, which the node resolves through its own user
 // database; a mixed pair would reach yip as a string it cannot resolve, so it is refused.
-const FileOwnerPattern = `^[a-z_][a-z0-9_-]{0,31}:[a-z_][a-z0-9_-]{0,31}$|^[0-9]{1,10}:[0-9]{1,10}$`
+const FileOwnerPattern = `^` + linuxName + `:` + linuxName + `$|^[0-9]{1,10}:[0-9]{1,10}$`
 
 var fileOwner = regexp.MustCompile(FileOwnerPattern)
 

@@ -275,7 +275,8 @@ type File struct {
 	// +kubebuilder:validation:MaxLength=512
 	Path string `json:"path"`
 
-	// owner is "user:group". Defaults to root:root.
+	// owner is "user:group": both Linux user and group names, or both numeric ids. Defaults to
+	// root:root.
 	// +optional
 	// +kubebuilder:validation:MaxLength=256
 	Owner string `json:"owner,omitempty"`

@@ -180,7 +180,7 @@ func (s *KairosConfigSpec) validateFiles(fld *field.Path) field.ErrorList {
 		seen[f.Path] = true
 		if f.Owner != "" && !syntax.IsFileOwner(f.Owner) {
 			errs = append(errs, field.Invalid(p.Child("owner"), f.Owner,
-				`must be "user:group", for example root:root or 1000:1000`))
+				`must be "user:group", for example root:root or 1000:1000 (both names or both numeric ids)`))
 		}
 		if f.Permissions != "" && !permissionPattern.MatchString(f.Permissions) {
 			errs = append(errs, field.Invalid(p.Child("permissions"), f.Permissions,
