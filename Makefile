@@ -65,11 +65,20 @@ build: ## Build the manager binaries into bin/ (GOWORK=off, as released).
 envtest-assets: ## Build kube-apiserver and etcd from source (cached per version) and print their folder.
 	@./hack/envtest-assets.sh
 
+# TEST_JSON_DIR, when set, keeps each module's `go test -json` stream there instead of printing
+# it (hack/test-times.sh reads them).
+TEST_JSON_DIR ?=
+
 .PHONY: test
 test: verify ## Run every test of every module (builds the envtest assets first when needed).
 	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; \
-	for m in $(MODULES); do echo "== go test ./$$m/..."; (cd $$m && go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./...) || exit 1; done
+	for m in $(MODULES); do echo "== go test ./$$m/..."; \
+		(cd $$m && go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./... $(if $(TEST_JSON_DIR),-json >"$(TEST_JSON_DIR)/$$(echo $$m | tr / -).json")) || exit 1; done
 	$(MAKE) --no-print-directory fuzz
+
+.PHONY: test-times
+test-times: ## make test, timed: wall time, time per package and the slowest tests (COLD=1: empty caches).
+	./hack/test-times.sh
 
 # Fuzz targets: package and target, run for FUZZTIME each by make fuzz (and make test). A finding
 # is written to the package's testdata/fuzz/ and fails the run; commit it with the fix so that

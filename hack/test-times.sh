@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Times `make test` and prints the wall time, the time of every package and the slowest tests,
+# from go test's own JSON (test/cmd/testtimes). The README's "Test times" table comes from it.
+#
+#   ./hack/test-times.sh            warm: the Go caches and envtest assets as they are
+#   COLD=1 ./hack/test-times.sh     cold: empty Go module and build caches and envtest assets,
+#                                   in a scratch folder (the shared caches are left alone)
+#
+# OUT (default: a new temporary folder) keeps the JSON streams and the report.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+out="${OUT:-$(mktemp -d -t kairos-test-times-XXXXXX)}"
+mkdir -p "$out"
+if [[ "${COLD:-}" == 1 ]]; then
+  scratch="$out/cold-caches"
+  mkdir -p "$scratch"
+  export GOMODCACHE="$scratch/gomod" GOCACHE="$scratch/gocache" XDG_CACHE_HOME="$scratch/xdg"
+  # A module cache that can be removed afterwards without chmod.
+  export GOFLAGS="${GOFLAGS:-} -modcacherw"
+  unset KAIROS_CAPI_CACHE GORELEASER
+  echo "test-times: cold caches in $scratch"
+fi
+
+start=$(date +%s)
+status=0
+make test TEST_JSON_DIR="$out" >"$out/make.log" 2>&1 || status=$?
+wall=$(( $(date +%s) - start ))
+
+report="$out/report.md"
+{
+  echo "make test: exit $status in ${wall} s ($(( wall / 60 )) min $(( wall % 60 )) s), $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)${COLD:+, cold caches}"
+  echo
+  (cd test && go run ./cmd/testtimes "$out"/*.json) || true
+} >"$report"
+cat "$report"
+echo "test-times: JSON streams, make's log and this report are in $out"
+if [[ $status -ne 0 ]]; then
+  echo "test-times: make test failed; the end of its log:"
+  tail -40 "$out/make.log"
+fi
+exit "$status"

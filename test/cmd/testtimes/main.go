@@ -1,0 +1,142 @@
+// Command testtimes reads the `go test -json` streams that `make test TEST_JSON_DIR=dir` keeps
+// (one file per module) and prints how long each package took, the slowest tests, and the
+// output of every test that failed. hack/test-times.sh runs make test that way and calls it;
+// the README's table of test times comes from it.
+//
+//	go run ./cmd/testtimes [-top 10] dir/*.json
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strings"
+	"time"
+)
+
+func main() {
+	top := flag.Int("top", 10, "how many of the slowest tests to print")
+	flag.Parse()
+	var r report
+	for _, f := range flag.Args() {
+		file, err := os.Open(f)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "testtimes:", err)
+			os.Exit(1)
+		}
+		err = r.read(file)
+		_ = file.Close()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "testtimes: %s: %v\n", f, err)
+			os.Exit(1)
+		}
+	}
+	r.print(os.Stdout, *top)
+	if len(r.failed) > 0 {
+		os.Exit(1)
+	}
+}
+
+// event is a line of `go test -json` (cmd/test2json).
+type event struct {
+	Action  string
+	Package string
+	Test    string
+	Elapsed float64
+	Output  string
+}
+
+// timing is how long a package or a test took, in go test's own measure (a parallel test's
+// time excludes its wait for a slot).
+type timing struct {
+	name    string
+	elapsed time.Duration
+}
+
+type report struct {
+	packages []timing
+	tests    []timing
+	// failed are the tests and packages that failed, with their output, in the order they failed.
+	failed []failure
+	// output of every test (and package) until it ends, to print the failures' output.
+	output map[string]*strings.Builder
+}
+
+type failure struct{ name, output string }
+
+func (r *report) read(in io.Reader) error {
+	if r.output == nil {
+		r.output = map[string]*strings.Builder{}
+	}
+	sc := bufio.NewScanner(in)
+	sc.Buffer(make([]byte, 1024*1024), 64*1024*1024)
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 || line[0] != '{' {
+			continue // go's own messages (downloads, build errors before any test)
+		}
+		var e event
+		if err := json.Unmarshal(line, &e); err != nil {
+			return fmt.Errorf("%q: %w", line, err)
+		}
+		key := e.Package + " " + e.Test
+		switch e.Action {
+		case "output", "build-output":
+			b := r.output[key]
+			if b == nil {
+				b = &strings.Builder{}
+				r.output[key] = b
+			}
+			b.WriteString(e.Output)
+		case "pass", "fail":
+			d := time.Duration(e.Elapsed * float64(time.Second))
+			name := e.Package
+			if e.Test != "" {
+				name += " " + e.Test
+			}
+			switch {
+			case e.Test == "":
+				r.packages = append(r.packages, timing{name: name, elapsed: d})
+			case !strings.Contains(e.Test, "/"):
+				r.tests = append(r.tests, timing{name: name, elapsed: d})
+			}
+			if e.Action == "fail" {
+				f := failure{name: name}
+				if b := r.output[key]; b != nil {
+					f.output = b.String()
+				}
+				r.failed = append(r.failed, f)
+			}
+			delete(r.output, key)
+		}
+	}
+	return sc.Err()
+}
+
+func (r *report) print(w io.Writer, top int) {
+	sort.SliceStable(r.packages, func(i, j int) bool { return r.packages[i].elapsed > r.packages[j].elapsed })
+	sort.SliceStable(r.tests, func(i, j int) bool { return r.tests[i].elapsed > r.tests[j].elapsed })
+	var sum time.Duration
+	fmt.Fprintln(w, "| package | seconds |\n|---|---|")
+	for _, p := range r.packages {
+		sum += p.elapsed
+		if p.elapsed >= time.Second {
+			fmt.Fprintf(w, "| %s | %.0f |\n", p.name, p.elapsed.Seconds())
+		}
+	}
+	fmt.Fprintf(w, "| all %d packages | %.0f |\n\n", len(r.packages), sum.Seconds())
+	fmt.Fprintf(w, "| slowest tests (of %d) | seconds |\n|---|---|\n", len(r.tests))
+	for i, t := range r.tests {
+		if i == top {
+			break
+		}
+		fmt.Fprintf(w, "| %s | %.0f |\n", t.name, t.elapsed.Seconds())
+	}
+	for _, f := range r.failed {
+		fmt.Fprintf(w, "\nFAILED: %s\n%s", f.name, f.output)
+	}
+}
