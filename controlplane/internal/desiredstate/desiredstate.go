@@ -34,6 +34,12 @@ func MachineName(tmpl, clusterName, controlPlaneName, random string) (string, er
 		return "", fmt.Errorf("cannot be rendered (use .cluster.name, .kairosControlPlane.name and .random): %v", err)
 	}
 	name := b.String()
+	// Too long for a Machine name (long cluster or control-plane names): trimmed, with the
+	// random part at the end, as Cluster API names the Machines of a kubeadm control plane
+	// (internal/topology/names, templateGenerator.GenerateName).
+	if len(name) > validation.DNS1123LabelMaxLength && len(random) < validation.DNS1123LabelMaxLength {
+		name = name[:validation.DNS1123LabelMaxLength-len(random)] + random
+	}
 	if msgs := validation.IsDNS1123Label(name); len(msgs) > 0 {
 		return "", fmt.Errorf("renders %q, which is not a valid Machine name: %s", name, strings.Join(msgs, "; "))
 	}

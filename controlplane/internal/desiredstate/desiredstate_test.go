@@ -147,4 +147,10 @@ func TestMachineName(t *testing.T) {
 			t.Errorf("MachineName(%q) = %q, %v, want %q", tc.tmpl, got, err, tc.want)
 		}
 	}
+	// A control-plane name as long as a name may be: trimmed to 63 characters, keeping the
+	// random part, as Cluster API does.
+	long := strings.Repeat("a", 253)
+	if got, err := desiredstate.MachineName("", "demo", long, "x7k2q"); err != nil || got != strings.Repeat("a", 58)+"x7k2q" {
+		t.Errorf("MachineName of a long control plane = %q, %v; want 58 characters of its name and the random part", got, err)
+	}
 }

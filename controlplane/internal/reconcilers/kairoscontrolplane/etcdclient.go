@@ -2,19 +2,22 @@ package kairoscontrolplane
 
 import (
 	"context"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"k8s.io/apimachinery/pkg/types"
+
+	"sigs.k8s.io/cluster-api/util/cache"
 
 	"github.com/kairos-capi/kairos-capi/common/pki"
 	"github.com/kairos-capi/kairos-capi/common/render"
@@ -36,6 +39,9 @@ const (
 	// it is renewed when less than etcdClientCertRenewBefore is left.
 	etcdClientCertValidity    = 2 * time.Hour
 	etcdClientCertRenewBefore = 30 * time.Minute
+	// etcdClientCertCacheTTL is how long a signed certificate is reused: until it is due for
+	// renewal.
+	etcdClientCertCacheTTL = etcdClientCertValidity - etcdClientCertRenewBefore
 	// etcdClientCommonName is who the controller is to etcd.
 	etcdClientCommonName = "kairos-capi-controlplane"
 )
@@ -67,23 +73,31 @@ type etcdDialer interface {
 // etcdDialerFactory returns the dialer for a cluster, given its etcd CA.
 type etcdDialerFactory func(clusterUID types.UID, ca *pki.KeyPair) (etcdDialer, error)
 
-// etcdClientCerts caches the controller's etcd client certificate per cluster: signing one
-// costs an RSA key, and every reconciliation of every control plane needs one.
+// etcdClientCerts caches the controller's etcd client certificate per cluster and etcd CA:
+// signing one costs an RSA key, and every reconciliation of every control plane needs one. An
+// entry expires when its certificate is due for renewal, so the entries of deleted clusters
+// (and of rotated CAs) go too.
 type etcdClientCerts struct {
-	mu      sync.Mutex
-	entries map[types.UID]etcdClientCert
+	entries cache.Cache[etcdClientCert]
 }
 
 type etcdClientCert struct {
-	caCert   []byte
-	cert     tls.Certificate
-	notAfter time.Time
+	key  string
+	cert tls.Certificate
+}
+
+func (e etcdClientCert) Key() string { return e.key }
+
+// newEtcdClientCerts returns a cache whose entries live for ttl: etcdClientCertCacheTTL, or
+// shorter in tests.
+func newEtcdClientCerts(ctx context.Context, ttl time.Duration) *etcdClientCerts {
+	return &etcdClientCerts{entries: cache.New[etcdClientCert](ctx, ttl)}
 }
 
 func (c *etcdClientCerts) get(clusterUID types.UID, ca *pki.KeyPair) (tls.Certificate, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if e, ok := c.entries[clusterUID]; ok && string(e.caCert) == string(ca.Cert) && time.Until(e.notAfter) > etcdClientCertRenewBefore {
+	sum := sha256.Sum256(ca.Cert)
+	key := string(clusterUID) + "/" + hex.EncodeToString(sum[:])
+	if e, ok := c.entries.Has(key); ok {
 		return e.cert, nil
 	}
 	kp, err := ca.SignClient(etcdClientCommonName, nil, etcdClientCertValidity)
@@ -94,16 +108,13 @@ func (c *etcdClientCerts) get(clusterUID types.UID, ca *pki.KeyPair) (tls.Certif
 	if err != nil {
 		return tls.Certificate{}, fmt.Errorf("loading the etcd client certificate: %w", err)
 	}
-	if c.entries == nil {
-		c.entries = map[types.UID]etcdClientCert{}
-	}
-	c.entries[clusterUID] = etcdClientCert{caCert: ca.Cert, cert: cert, notAfter: time.Now().Add(etcdClientCertValidity)}
+	c.entries.Add(etcdClientCert{key: key, cert: cert})
 	return cert, nil
 }
 
 // newEtcdDialerFactory returns the production dialer factory, sharing one certificate cache.
-func newEtcdDialerFactory() etcdDialerFactory {
-	certs := &etcdClientCerts{}
+func newEtcdDialerFactory(ctx context.Context) etcdDialerFactory {
+	certs := newEtcdClientCerts(ctx, etcdClientCertCacheTTL)
 	return func(clusterUID types.UID, ca *pki.KeyPair) (etcdDialer, error) {
 		cert, err := certs.get(clusterUID, ca)
 		if err != nil {

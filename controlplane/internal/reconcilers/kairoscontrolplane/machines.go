@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"strings"
 	"sync"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
@@ -26,8 +27,10 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/external"
+	"sigs.k8s.io/cluster-api/util/cache"
 	"sigs.k8s.io/cluster-api/util/conditions"
 	"sigs.k8s.io/cluster-api/util/contract"
+	"sigs.k8s.io/cluster-api/util/labels/format"
 	capicontrollerutil "sigs.k8s.io/cluster-api/util/controller"
 	"sigs.k8s.io/cluster-api/util/patch"
 
@@ -41,8 +44,15 @@ func machineLabels(s *scope) map[string]string {
 	return mergeMaps(s.kcp.Spec.MachineTemplate.ObjectMeta.Labels, map[string]string{
 		clusterv1.ClusterNameLabel:           s.cluster.Name,
 		clusterv1.MachineControlPlaneLabel:   "",
-		controlplanev1.ControlPlaneNameLabel: s.kcp.Name,
+		controlplanev1.ControlPlaneNameLabel: controlPlaneNameLabelValue(s.kcp),
 	})
+}
+
+// controlPlaneNameLabelValue is the control-plane-name label's value: the name, or a hash of
+// it when it is longer than a label value may be (63 characters), as Cluster API's kubeadm
+// control plane writes it (util/labels/format).
+func controlPlaneNameLabelValue(kcp *controlplanev1.KairosControlPlane) string {
+	return format.MustFormatValue(kcp.Name)
 }
 
 // createMachine creates a control-plane Machine with its KairosConfig and its infrastructure
@@ -429,29 +439,41 @@ func applyKey(desired *clusterv1.Machine) (string, error) {
 	return hex.EncodeToString(sum[:]), nil
 }
 
-// appliedStates remembers, per Machine, the resourceVersion at which its desired state was
-// known to be applied. It is only an optimization: after a restart each Machine is read once.
+// appliedStates remembers the Machine states known to be applied, by Machine uid,
+// resourceVersion and desired state. It is only an optimization: after a restart, or once an
+// entry expired, each Machine is read once. Entries expire like those of Cluster API's
+// server-side-apply cache (util/cache, DefaultTTL), so the entries of deleted Machines, and of
+// older resourceVersions, do not pile up.
 type appliedStates struct {
-	mu      sync.Mutex
-	entries map[types.UID]appliedState
+	// ttl is how long an entry lives; default cache.DefaultTTL.
+	ttl     time.Duration
+	once    sync.Once
+	entries cache.Cache[appliedState]
 }
 
-type appliedState struct{ resourceVersion, key string }
+// appliedState is a cache key: uid, resourceVersion and desired state.
+type appliedState string
+
+func (a appliedState) Key() string { return string(a) }
+
+func (a *appliedStates) store() cache.Cache[appliedState] {
+	// One cache per reconciler, for the life of the process: its expiry sweep stops with it.
+	a.once.Do(func() {
+		if a.ttl <= 0 {
+			a.ttl = cache.DefaultTTL
+		}
+		a.entries = cache.New[appliedState](context.Background(), a.ttl)
+	})
+	return a.entries
+}
 
 func (a *appliedStates) has(uid types.UID, rv, key string) bool {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	e, ok := a.entries[uid]
-	return ok && e.resourceVersion == rv && e.key == key
+	_, ok := a.store().Has(string(uid) + "/" + rv + "/" + key)
+	return ok
 }
 
 func (a *appliedStates) set(uid types.UID, rv, key string) {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.entries == nil {
-		a.entries = map[types.UID]appliedState{}
-	}
-	a.entries[uid] = appliedState{resourceVersion: rv, key: key}
+	a.store().Add(appliedState(string(uid) + "/" + rv + "/" + key))
 }
 
 // setMachineConditions sets the conditions the control plane owns on a Machine; the patch is

@@ -16,14 +16,17 @@ import (
 	"k8s.io/apimachinery/pkg/api/equality"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
+	"sigs.k8s.io/cluster-api/util/labels/format"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
@@ -568,5 +571,52 @@ func TestSyncMachineNeverRecreatesAGoneMachine(t *testing.T) {
 	}
 	if len(list.Items) != 0 {
 		t.Errorf("the gone Machine %s was created again", list.Items[0].Name)
+	}
+}
+
+// TestLongControlPlaneName: a KairosControlPlane name longer than a label value (63 characters)
+// still creates Machines: the control-plane-name label carries the name's hash, as Cluster API's
+// kubeadm control plane writes it, and the scale selector and the orphan search select by it.
+func TestLongControlPlaneName(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t).replicas(1)
+	f.kcp.Name = strings.Repeat("very-long-control-plane-name-", 3)
+	e := f.build()
+	s := e.scope(ctx)
+	if err := e.r.createMachine(ctx, s, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	created := e.newMachines()
+	if len(created) != 1 {
+		t.Fatalf("created %d Machines", len(created))
+	}
+	value := created[0].Labels[controlplanev1.ControlPlaneNameLabel]
+	if errs := validation.IsValidLabelValue(value); len(errs) > 0 {
+		t.Fatalf("control-plane-name label %q: %v", value, errs)
+	}
+	if value != format.MustFormatValue(f.kcp.Name) {
+		t.Errorf("control-plane-name label %q, want Cluster API's formatting of the name %q", value, format.MustFormatValue(f.kcp.Name))
+	}
+	sel, err := labels.Parse(selector(s).String())
+	if err != nil {
+		t.Fatalf("the scale selector %q does not parse: %v", selector(s).String(), err)
+	}
+	if !sel.Matches(labels.Set(created[0].Labels)) {
+		t.Errorf("the scale selector %q does not select the Machine (labels %v)", sel, created[0].Labels)
+	}
+	for _, c := range e.listConfigs() {
+		if c.Name == created[0].Name && c.Labels[controlplanev1.ControlPlaneNameLabel] != value {
+			t.Errorf("KairosConfig label %q, want %q", c.Labels[controlplanev1.ControlPlaneNameLabel], value)
+		}
+	}
+	// A KairosConfig left without its Machine is found by the same label, and goes.
+	if err := e.c.Delete(ctx, &created[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.r.reconcileOrphans(ctx, e.scope(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.listConfigs()); n != 0 {
+		t.Errorf("%d KairosConfigs left without their Machine, want them deleted", n)
 	}
 }

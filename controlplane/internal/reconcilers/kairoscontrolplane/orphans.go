@@ -28,7 +28,7 @@ import (
 // has the new Machine (DeferNextReconcileUntilCacheUpToDate), so at the start of a
 // reconciliation no creation is half done unless it was cut short.
 func (r *Reconciler) reconcileOrphans(ctx context.Context, s *scope) (ctrl.Result, error) {
-	selector := client.MatchingLabels{clusterv1.ClusterNameLabel: s.cluster.Name, controlplanev1.ControlPlaneNameLabel: s.kcp.Name}
+	selector := client.MatchingLabels{clusterv1.ClusterNameLabel: s.cluster.Name, controlplanev1.ControlPlaneNameLabel: controlPlaneNameLabelValue(s.kcp)}
 	configs := &bootstrapv1.KairosConfigList{}
 	if err := r.Client.List(ctx, configs, client.InNamespace(s.kcp.Namespace), selector); err != nil {
 		return ctrl.Result{}, fmt.Errorf("listing the control plane's KairosConfigs: %w", err)
@@ -42,17 +42,19 @@ func (r *Reconciler) reconcileOrphans(ctx context.Context, s *scope) (ctrl.Resul
 	// Infrastructure machines are of the kind the template clones into, in the version the
 	// contract resolves (Cluster API names the clone's kind after the template's).
 	ref := s.kcp.Spec.MachineTemplate.Spec.InfrastructureRef
-	if apiVersion, err := apiVersionFor(ctx, r.Client, ref.GroupKind()); err == nil {
-		infras := &unstructured.UnstructuredList{}
-		infras.SetAPIVersion(apiVersion)
-		infras.SetKind(strings.TrimSuffix(ref.Kind, clusterv1.TemplateSuffix) + "List")
-		if err := r.Client.List(ctx, infras, client.InNamespace(s.kcp.Namespace), selector); err != nil {
-			return ctrl.Result{}, fmt.Errorf("listing the control plane's infrastructure machines: %w", err)
-		}
-		for i := range infras.Items {
-			if s.isOrphan(&infras.Items[i]) {
-				orphans = append(orphans, &infras.Items[i])
-			}
+	apiVersion, err := apiVersionFor(ctx, r.Client, ref.GroupKind())
+	if err != nil {
+		return ctrl.Result{}, fmt.Errorf("looking for infrastructure machines left without their Machine: %w", err)
+	}
+	infras := &unstructured.UnstructuredList{}
+	infras.SetAPIVersion(apiVersion)
+	infras.SetKind(strings.TrimSuffix(ref.Kind, clusterv1.TemplateSuffix) + "List")
+	if err := r.Client.List(ctx, infras, client.InNamespace(s.kcp.Namespace), selector); err != nil {
+		return ctrl.Result{}, fmt.Errorf("listing the control plane's infrastructure machines: %w", err)
+	}
+	for i := range infras.Items {
+		if s.isOrphan(&infras.Items[i]) {
+			orphans = append(orphans, &infras.Items[i])
 		}
 	}
 	for _, o := range orphans {

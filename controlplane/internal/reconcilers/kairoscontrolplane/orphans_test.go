@@ -2,6 +2,7 @@ package kairoscontrolplane
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -54,5 +55,24 @@ func TestReconcileOrphans(t *testing.T) {
 	slices.Sort(infras)
 	if !slices.Equal(configs, []string{"adopted", "m1", "other"}) || !slices.Equal(infras, []string{"m1"}) {
 		t.Errorf("left KairosConfigs %v and infrastructure machines %v; want only the orphan of \"lost\" gone", configs, infras)
+	}
+}
+
+// TestReconcileOrphansSaysWhenItCannotLook: when the infrastructure machines' API version cannot
+// be resolved (their CRD is gone or unreadable), the search for orphans fails and says why,
+// rather than skipping the infrastructure machines unnoticed.
+func TestReconcileOrphansSaysWhenItCannotLook(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.noCRDs = true
+	e := f.build()
+	_, err := e.r.reconcileOrphans(ctx, e.scope(ctx))
+	if err == nil {
+		t.Fatal("reconcileOrphans without the infrastructure machine's CRD succeeded")
+	}
+	for _, want := range []string{"infrastructure machines left without their Machine", templateKind} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q does not say %q", err, want)
+		}
 	}
 }

@@ -126,7 +126,7 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 		return fmt.Errorf("setting up the Machine client: %w", err)
 	}
 	if r.etcdDialers == nil {
-		r.etcdDialers = newEtcdDialerFactory()
+		r.etcdDialers = newEtcdDialerFactory(ctx)
 	}
 	if r.HealthInterval <= 0 {
 		r.HealthInterval = defaultHealthInterval

@@ -9,7 +9,6 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
@@ -278,10 +277,10 @@ func count(machines collections.Machines, condition string) int32 {
 func selector(s *scope) labels.Selector {
 	sel := collections.ControlPlaneSelectorForCluster(s.cluster.Name)
 	// Narrowed to this control plane's Machines, as Machines get the control-plane-name label.
-	if req, err := labels.NewRequirement(controlplanev1.ControlPlaneNameLabel, selection.Equals, []string{s.kcp.Name}); err == nil {
-		sel = sel.Add(*req)
-	}
-	return sel
+	// Its value is a valid label value by construction (controlPlaneNameLabelValue), so the
+	// requirement needs no validation that could fail.
+	reqs, _ := labels.SelectorFromValidatedSet(labels.Set{controlplanev1.ControlPlaneNameLabel: controlPlaneNameLabelValue(s.kcp)}).Requirements()
+	return sel.Add(reqs...)
 }
 
 // versions counts the Machines per Kubernetes version, oldest first, and returns the oldest.
