@@ -136,6 +136,9 @@ func k0sClusterConfig(n *Node) (string, error) {
 			}
 			return "", err
 		}
+		if err := checkNodeLocalLoadBalancing(user); err != nil {
+			return "", err
+		}
 	}
 	e := yamlenc.New(512 + len(n.Config))
 	e.AnyMap(0, cfg)
@@ -143,6 +146,22 @@ func k0sClusterConfig(n *Node) (string, error) {
 		return "", err
 	}
 	return string(e.Bytes()), nil
+}
+
+// checkNodeLocalLoadBalancing refuses node-local load balancing in a user ClusterConfig: k0s
+// refuses to start with it next to spec.api.externalAddress (ClusterConfig validation, "node-local
+// load balancing cannot be used in conjunction with an external Kubernetes API server address";
+// docs/nllb.md), and the generated ClusterConfig always sets externalAddress to the Cluster's
+// endpoint, the address nodes and clients reach.
+func checkNodeLocalLoadBalancing(user map[string]any) error {
+	spec, _ := user["spec"].(map[string]any)
+	network, _ := spec["network"].(map[string]any)
+	nllb, _ := network["nodeLocalLoadBalancing"].(map[string]any)
+	if enabled, _ := nllb["enabled"].(bool); enabled {
+		return &FieldError{Field: "Config", Path: "spec.network.nodeLocalLoadBalancing.enabled", Err: errors.New(
+			"k0s refuses node-local load balancing together with spec.api.externalAddress, which is always set from the Cluster's spec.controlPlaneEndpoint: remove it, and reach the API servers through the endpoint (a load balancer or spec.virtualIP)")}
+	}
+	return nil
 }
 
 // userConfigCache keeps parsed user ClusterConfigs: every control-plane

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+
+	"k8s.io/apimachinery/pkg/util/version"
 )
 
 // VIP is a virtual IP the control-plane nodes hold among themselves: the
@@ -26,6 +28,9 @@ type VIP struct {
 	// DefaultKubeVIPImage.
 	KubeVIPImage string
 }
+
+// k0sCPLBVersion is the first k0s release with control-plane load balancing.
+var k0sCPLBVersion = version.MustParseSemantic("v1.30.0")
 
 // DefaultKubeVIPImage is the kube-vip the k3s servers run unless told
 // otherwise: pinned, so that nodes created months apart run the same one.
@@ -84,6 +89,13 @@ func (n *Node) validateVIP(p *problems) {
 	}
 	switch n.Distribution {
 	case K0s:
+		// Control-plane load balancing first shipped in k0s v1.30.0 (docs/cplb.md and
+		// spec.network.controlPlaneLoadBalancing appear in v1.30.0+k0s.0): an older k0s
+		// ignores the block and nothing would hold the address.
+		if _, err := parseVersion(n.KubernetesVersion); err == nil && !atLeast(n.KubernetesVersion, k0sCPLBVersion) {
+			p.add("VIP", "k0s holds a virtual IP with control-plane load balancing, which k0s has from v%s; %s is older: use Kubernetes v%s or later, or an endpoint with a load balancer instead of virtualIP",
+				k0sCPLBVersion, n.KubernetesVersion, k0sCPLBVersion)
+		}
 		if v.VirtualRouterID < 0 || v.VirtualRouterID > 255 {
 			p.add("VIP.VirtualRouterID", "%d is not a VRRP router ID (1-255)", v.VirtualRouterID)
 		}

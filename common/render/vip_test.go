@@ -44,6 +44,10 @@ func TestVIPRefused(t *testing.T) {
 		{"worker", "VIP", "only control-plane nodes hold the virtual IP", func(n *Node) {
 			n.Role, n.Init, n.PKI, n.JoinToken = RoleWorker, false, nil, k0sToken(t, fixturePKI(t), token.K0sWorkerToken)
 		}, K0s},
+		{"k0s before control-plane load balancing", "VIP", "which k0s has from v1.30.0; v1.29.9 is older", func(n *Node) { n.KubernetesVersion = "v1.29.9" }, K0s},
+		{"node-local load balancing next to the virtual IP", "Config", "k0s refuses node-local load balancing", func(n *Node) {
+			n.Config = "spec:\n  network:\n    nodeLocalLoadBalancing:\n      enabled: true\n"
+		}, K0s},
 		{"user config sets load balancing too", "Config", "is set from spec.virtualIP", func(n *Node) {
 			n.Config = "spec:\n  network:\n    controlPlaneLoadBalancing:\n      enabled: true\n"
 		}, K0s},
@@ -166,4 +170,25 @@ func fileOf(t *testing.T, n Node, path string) string {
 		t.Fatalf("the document writes no %s", path)
 	}
 	return f.Content
+}
+
+// TestNodeLocalLoadBalancing: k0s refuses node-local load balancing next to an external address,
+// which every generated ClusterConfig has, so a user ClusterConfig that enables it is refused at
+// its key, with or without a virtual IP; one that leaves it disabled renders.
+func TestNodeLocalLoadBalancing(t *testing.T) {
+	n := node(K0s, RoleControlPlane)
+	n.Init, n.PKI = true, fixturePKI(t)
+	n.Config = "spec:\n  network:\n    nodeLocalLoadBalancing:\n      enabled: true\n      type: EnvoyProxy\n"
+	_, err := Document(n)
+	var found bool
+	for _, fe := range FieldErrors(err) {
+		found = found || fe.Field == "Config" && fe.Path == "spec.network.nodeLocalLoadBalancing.enabled" && strings.Contains(fe.Error(), "remove it")
+	}
+	if !found {
+		t.Errorf("want a problem at Config spec.network.nodeLocalLoadBalancing.enabled, got: %v", err)
+	}
+	n.Config = "spec:\n  network:\n    nodeLocalLoadBalancing:\n      enabled: false\n"
+	if _, err := Document(n); err != nil {
+		t.Errorf("disabled node-local load balancing refused: %v", err)
+	}
 }
