@@ -5,7 +5,8 @@ import (
 	"testing"
 )
 
-// A stream as go test -json writes it: two packages, a parallel test with subtests, a failure.
+// A stream as go test -json writes it: two packages, a test with a subtest (only the subtest
+// counts), a failure.
 const stream = `go: downloading example.com/x v1.0.0
 {"Action":"start","Package":"p/a"}
 {"Action":"run","Package":"p/a","Test":"TestSlow"}
@@ -36,9 +37,9 @@ func TestReport(t *testing.T) {
 | p/b | 3 |
 | all 2 packages | 103 |
 
-| slowest tests (of 3) | seconds |
+| slowest tests (of 3, subtests counted on their own) | seconds |
 |---|---|
-| p/a TestSlow | 95 |
+| p/a TestSlow/k0s | 90 |
 | p/a TestBroken | 2 |
 
 FAILED: p/a TestBroken
