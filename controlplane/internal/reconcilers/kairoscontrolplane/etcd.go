@@ -86,15 +86,23 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	member := s.etcd.memberOf(m)
-	if member == nil {
-		// etcd's member list, read with quorum, has no member for it: it left, or never joined.
-		log.Info("The Machine hosts no etcd member")
-		return r.releaseHook(ctx, s, m)
-	}
-	if ok, why := s.targetQuorum(member, false); !ok {
-		// Whoever deleted the Machine, its member leaving now would stop etcd.
+	if ok, why := s.quorumWithout(m); !ok {
+		// Whoever deleted the Machine, its member leaving now would stop etcd; a leave already
+		// handed to the distribution is taken back, or the distribution would carry it out.
+		if member != nil {
+			if err := r.withdrawLeave(ctx, s, member); err != nil {
+				s.halt("the etcd member of Machine %s must not leave (%s), and its leave request could not be withdrawn: %v", m.Name, why, err)
+				return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+			}
+		}
 		s.halt("the etcd member of Machine %s does not leave: %s", m.Name, why)
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+	}
+	if member == nil {
+		// etcd's member list, read with quorum, has no member for it, and every member is
+		// matched to another Machine: it left, or never joined.
+		log.Info("The Machine hosts no etcd member")
+		return r.releaseHook(ctx, s, m)
 	}
 	force := c.LastTransitionTime.Add(leaveGrace).Before(s.reconcileTime)
 	if err := r.removeMember(ctx, s, member, force); err != nil {
@@ -147,7 +155,84 @@ func (r *Reconciler) removeMember(ctx context.Context, s *scope, member *etcdMem
 			return err
 		}
 	}
+	// The quorum check of this reconciliation used etcd's health as it was when it started;
+	// removing a member directly cannot be taken back, so it is checked again just before.
+	if ok, why := r.quorumNowWithout(ctx, s, member); !ok {
+		if err := r.withdrawLeave(ctx, s, member); err != nil {
+			return fmt.Errorf("etcd would lose quorum (%s), and the leave request could not be withdrawn: %w", why, err)
+		}
+		return fmt.Errorf("not removed: %s", why)
+	}
 	return r.removeMemberFromEtcd(ctx, s, member)
+}
+
+// quorumNowWithout reads etcd's health again and tells whether it keeps quorum without member.
+func (r *Reconciler) quorumNowWithout(ctx context.Context, s *scope, member *etcdMember) (bool, string) {
+	now := &scope{etcd: r.observeEtcd(ctx, s)} // targetQuorum reads only etcd
+	if !now.etcd.known() {
+		return false, fmt.Sprintf("cannot read etcd's member list with quorum: %v", now.etcd.err)
+	}
+	for _, m := range now.etcd.members {
+		if m.ID == member.ID {
+			return now.targetQuorum(m, false)
+		}
+	}
+	return true, "" // gone already
+}
+
+// withdrawLeave takes back a leave request handed to the distribution (k0s EtcdMember spec.leave,
+// k3s remove annotation) for a member that must stay: k0s and k3s act on it whenever they get
+// to it, whatever happened to the other members in between.
+func (r *Reconciler) withdrawLeave(ctx context.Context, s *scope, member *etcdMember) error {
+	if member.Name == "" {
+		return nil
+	}
+	remote, err := r.ClusterCache.GetClient(ctx, s.clusterKey())
+	if err != nil {
+		return fmt.Errorf("reaching the workload cluster: %w", err)
+	}
+	if s.kcp.Spec.Distribution == bootstrapv1.DistributionK3s {
+		nodes := &corev1.NodeList{}
+		if err := remote.List(ctx, nodes); err != nil {
+			return fmt.Errorf("listing workload Nodes: %w", err)
+		}
+		for i := range nodes.Items {
+			n := &nodes.Items[i]
+			if n.Annotations[k3sEtcdNodeNameAnnotation] != member.Name {
+				continue
+			}
+			if _, asked := n.Annotations[k3sEtcdRemoveAnnotation]; !asked {
+				return nil
+			}
+			p := client.MergeFrom(n.DeepCopy())
+			delete(n.Annotations, k3sEtcdRemoveAnnotation)
+			if err := remote.Patch(ctx, n, p); err != nil {
+				return fmt.Errorf("removing the %s annotation of Node %s: %w", k3sEtcdRemoveAnnotation, n.Name, err)
+			}
+			ctrl.LoggerFrom(ctx).Info("Withdrew the request to remove an etcd member: etcd would lose quorum", "member", member.String(), "Node", n.Name)
+		}
+		return nil
+	}
+	em := &unstructured.Unstructured{}
+	em.SetGroupVersionKind(k0sEtcdMemberGVK)
+	if err := remote.Get(ctx, client.ObjectKey{Name: member.Name}, em); err != nil {
+		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
+			return nil
+		}
+		return fmt.Errorf("reading EtcdMember %s: %w", member.Name, err)
+	}
+	if leave, _, _ := unstructured.NestedBool(em.Object, "spec", "leave"); !leave {
+		return nil
+	}
+	p := client.MergeFrom(em.DeepCopy())
+	if err := unstructured.SetNestedField(em.Object, false, "spec", "leave"); err != nil {
+		return err
+	}
+	if err := remote.Patch(ctx, em, p); err != nil {
+		return fmt.Errorf("setting spec.leave of EtcdMember %s back to false: %w", member.Name, err)
+	}
+	ctrl.LoggerFrom(ctx).Info("Withdrew the request to remove an etcd member: etcd would lose quorum", "member", member.String())
+	return nil
 }
 
 // askDistributionToRemove asks k0s or k3s to remove a member and reports whether it could.

@@ -300,6 +300,37 @@ func TestReconcilePreTerminateHooks(t *testing.T) {
 				f.member("m3").state = memberDown
 			},
 			wantHook: true, wantWait: "the etcd member of Machine m1 does not leave: 1 of 2 voting members would be healthy, 2 needed (unhealthy: m3)"},
+		{name: "the Machine matches no member while a member matches no Machine: hook kept",
+			// A k0s controller joined etcd before its Machine had an address or a Node; the member
+			// that matches nothing may be its own, and m3's is dead: releasing the hook would take
+			// a running member with the VM and leave 1 of 3.
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting), withoutAddresses(), withoutNode())
+				f.etcd.add("controller-7f3a", "10.0.7.7")
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m3").state = memberDown
+			},
+			wantHook: true, wantWait: "Machine m1 matches no etcd member, but etcd member(s) controller-7f3a match no Machine: it may host one of them"},
+		{name: "k0s: a leave already asked for is withdrawn when quorum would not survive it",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.members["m1"] = memberLeaving
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m3").state = memberDown
+			},
+			wantHook: true, wantWait: "the etcd member of Machine m1 does not leave: 1 of 2 voting members would be healthy"},
+		{name: "k3s: a removal already asked for is withdrawn when quorum would not survive it",
+			k3s: true,
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.members["m1"] = memberLeaving
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m3").state = memberDown
+			},
+			wantHook: true, wantWait: "the etcd member of Machine m1 does not leave"},
 		{name: "etcd unreadable: hook kept",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour, deleting(time.Minute, waiting))

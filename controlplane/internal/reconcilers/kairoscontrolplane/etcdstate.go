@@ -250,9 +250,16 @@ func probeMember(ctx context.Context, dialer etcdDialer, m *etcdMember, hosts []
 	if len(hosts) == 0 {
 		return fmt.Sprintf("etcd member %s has no peer address to reach it at", m)
 	}
+	// etcd's Status lists every alarm of the cluster, whichever member raised it (etcd 3.6
+	// maintenanceServer.Status); the alarms list, read with quorum, says whose each one is, and
+	// the member's own were reported above. The others are not this member's problem.
+	othersAlarms := map[string]bool{}
+	for _, a := range alarms {
+		othersAlarms[a.String()] = true
+	}
 	var problems []string
 	for _, host := range hosts {
-		problem := probeHost(ctx, dialer, m, host)
+		problem := probeHost(ctx, dialer, m, host, othersAlarms)
 		if problem == "" {
 			return ""
 		}
@@ -261,7 +268,7 @@ func probeMember(ctx context.Context, dialer etcdDialer, m *etcdMember, hosts []
 	return strings.Join(problems, "; ")
 }
 
-func probeHost(ctx context.Context, dialer etcdDialer, m *etcdMember, host string) string {
+func probeHost(ctx context.Context, dialer etcdDialer, m *etcdMember, host string, othersAlarms map[string]bool) string {
 	addr := net.JoinHostPort(host, strconv.Itoa(render.EtcdClientPort))
 	ep, err := dialer.Dial(ctx, host)
 	if err != nil {
@@ -275,11 +282,17 @@ func probeHost(ctx context.Context, dialer etcdDialer, m *etcdMember, host strin
 	if st.Header != nil && st.Header.MemberId != m.ID {
 		return fmt.Sprintf("the etcd at %s is member %x, not member %s", addr, st.Header.MemberId, m)
 	}
-	if len(st.Errors) > 0 {
-		return fmt.Sprintf("etcd member %s reports: %s", m, strings.Join(st.Errors, "; "))
-	}
 	if st.Leader == 0 {
 		return fmt.Sprintf("etcd member %s has no leader", m)
+	}
+	var errs []string
+	for _, e := range st.Errors {
+		if !othersAlarms[e] {
+			errs = append(errs, e)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Sprintf("etcd member %s reports: %s", m, strings.Join(errs, "; "))
 	}
 	if err := ep.QuorumRead(ctx); err != nil {
 		return fmt.Sprintf("etcd member %s cannot serve a quorum read: %v", m, err)

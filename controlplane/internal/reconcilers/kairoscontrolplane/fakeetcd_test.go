@@ -3,7 +3,6 @@ package kairoscontrolplane
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sort"
 	"sync"
 
@@ -70,6 +69,12 @@ func (f *fakeEtcd) byName(name string) *fakeMember {
 		}
 	}
 	return nil
+}
+
+func (f *fakeEtcd) setState(m *fakeMember, state memberState) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	m.state = state
 }
 
 func (f *fakeEtcd) removeByName(name string) {
@@ -188,9 +193,15 @@ func (e *fakeEndpoint) Status(context.Context) (*clientv3.StatusResponse, error)
 	st := &clientv3.StatusResponse{Header: &etcdserverpb.ResponseHeader{MemberId: e.member.id}, IsLearner: e.member.learner}
 	if e.member.state == memberUp && e.etcd.hasQuorum() {
 		st.Leader = e.etcd.leader()
+	} else {
+		st.Errors = append(st.Errors, "etcdserver: no leader")
 	}
-	if e.member.alarm != etcdserverpb.AlarmType_NONE {
-		st.Errors = []string{fmt.Sprintf("memberID:%d alarm:%s", e.member.id, e.member.alarm)}
+	// As etcd 3.6 answers (maintenanceServer.Status): every alarm of the cluster, whichever
+	// member raised it, in the alarm's protobuf text.
+	for _, m := range e.etcd.members {
+		if m.alarm != etcdserverpb.AlarmType_NONE {
+			st.Errors = append(st.Errors, (&etcdserverpb.AlarmMember{MemberID: m.id, Alarm: m.alarm}).String())
+		}
 	}
 	return st, nil
 }

@@ -532,30 +532,34 @@ func (e *env) scope(ctx context.Context) *scope {
 	return s
 }
 
-// settle plays the world between two reconciliations: deleting Machines go (their members leave
-// etcd, as the pre-terminate hook makes them), new Machines get an address, a ready Node and an
+// settle plays the world between two steps of a test that runs only some phases: deleting
+// Machines go through the real pre-terminate hook (their members leave etcd because the hook
+// made them, as world plays the distribution), new Machines get an address, a ready Node and an
 // etcd member.
 func (e *env) settle(ctx context.Context) {
 	e.t.Helper()
-	for _, m := range e.listMachines() {
-		if !m.DeletionTimestamp.IsZero() {
-			e.etcd.removeByName(e.memberName(m.Name))
-			m.Finalizers = nil
-			if err := e.c.Update(ctx, &m); err != nil {
-				e.t.Fatal(err)
-			}
-			continue
+	for range 20 {
+		e.world(ctx)
+		deleting := false
+		for _, m := range e.listMachines() {
+			deleting = deleting || !m.DeletionTimestamp.IsZero()
 		}
-		if !m.Status.NodeRef.IsDefined() {
-			e.joinNode(ctx, &m)
+		if !deleting {
+			return
+		}
+		if _, err := e.r.reconcilePreTerminateHooks(ctx, e.scope(ctx)); err != nil {
+			e.t.Fatal(err)
 		}
 	}
+	e.t.Fatalf("deleting Machines did not go: %v; etcd members %v", e.listMachineNames(), e.etcd.names())
 }
 
 // world plays Cluster API's Machine controller and the distribution between reconciliations,
 // with the pre-terminate hook honoured: a deleting Machine waits for the hook, then goes; a k0s
-// EtcdMember asked to leave leaves etcd; a new Machine gets an address, a ready Node and an etcd
-// member.
+// EtcdMember asked to leave, or a k3s Node annotated for removal, leaves etcd; a new Machine gets
+// an address, a ready Node and an etcd member. A Machine that goes takes its VM with it: its etcd
+// member stops, and stays in etcd's member list unless something removed it (as in reality:
+// nothing but a member remove takes a member out of the list).
 func (e *env) world(ctx context.Context) {
 	e.t.Helper()
 	for _, m := range e.listMachines() {
@@ -578,9 +582,19 @@ func (e *env) world(ctx context.Context) {
 			}
 		}
 	}
+	nodes := &corev1.NodeList{}
+	if err := e.wc.List(ctx, nodes); err == nil {
+		for _, n := range nodes.Items {
+			if n.Annotations[k3sEtcdRemoveAnnotation] == "true" {
+				e.etcd.removeByName(n.Annotations[k3sEtcdNodeNameAnnotation])
+			}
+		}
+	}
 	for _, m := range e.listMachines() {
 		if !m.DeletionTimestamp.IsZero() && !hasHook(&m) {
-			e.etcd.removeByName(e.memberName(m.Name))
+			if mem := e.etcd.byName(e.memberName(m.Name)); mem != nil {
+				e.etcd.setState(mem, memberDown)
+			}
 			m.Finalizers = nil
 			if err := e.c.Update(ctx, &m); err != nil {
 				e.t.Fatal(err)

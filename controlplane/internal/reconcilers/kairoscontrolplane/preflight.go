@@ -40,7 +40,7 @@ func (s *scope) preflightProblems(removing *clusterv1.Machine) []string {
 	}
 	problems = append(problems, s.etcdProblems()...)
 	if removing != nil && s.etcd.known() {
-		if ok, why := s.targetQuorum(s.etcd.memberOf(removing), false); !ok {
+		if ok, why := s.quorumWithout(removing); !ok {
 			problems = append(problems, fmt.Sprintf("removing Machine %s would lose etcd quorum: %s", removing.Name, why))
 		}
 	}
@@ -91,6 +91,23 @@ func (s *scope) etcdProblems() []string {
 		out = append(out, fmt.Sprintf("etcd member %s (peer %s) belongs to no control-plane Machine", m, m.PeerHost))
 	}
 	return out
+}
+
+// quorumWithout tells whether etcd keeps quorum when Machine m and its etcd member go, and if
+// not, why. A Machine with no member of its own may still host one of the members that match no
+// Machine (a k0s controller joins etcd before its Machine has an address or a Node, and a
+// member name the matcher does not recognise matches nothing), so while any member is unmatched
+// such a Machine is assumed to host one: the check fails closed. KubeadmControlPlane counts
+// unmatched members as healthy voters instead, which lets a removal take a running member with it.
+func (s *scope) quorumWithout(m *clusterv1.Machine) (bool, string) {
+	member := s.etcd.memberOf(m)
+	if member == nil {
+		if orphans := s.etcd.orphans(); len(orphans) > 0 {
+			return false, fmt.Sprintf("Machine %s matches no etcd member, but etcd member(s) %s match no Machine: it may host one of them, so it is not removed until every member is matched to a Machine (its addresses or its Node name)",
+				m.Name, memberNames(orphans))
+		}
+	}
+	return s.targetQuorum(member, false)
 }
 
 // targetQuorum tells whether etcd keeps quorum after removing a member and/or adding one, and if

@@ -100,7 +100,7 @@ func (r *Reconciler) reconcileRemediation(ctx context.Context, s *scope) (ctrl.R
 			return ctrl.Result{RequeueAfter: requeueWhileBusy}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationDeferredReason,
 				fmt.Sprintf("cannot check etcd quorum before remediating Machine %s: %v", m.Name, s.etcd.err))
 		}
-		if ok, why := s.targetQuorum(s.etcd.memberOf(m), false); !ok {
+		if ok, why := s.quorumWithout(m); !ok {
 			return ctrl.Result{RequeueAfter: requeueWhileBusy}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationBlockedQuorumReason,
 				fmt.Sprintf("removing Machine %s would lose etcd quorum: %s", m.Name, why))
 		}

@@ -230,6 +230,18 @@ func TestReconcileRemediation(t *testing.T) {
 			},
 			wantReason: controlplanev1.RemediationBlockedQuorumReason, wantBlocked: controlplanev1.RemediationBlockedQuorumReason,
 			wantMessage: "removing Machine m2 would lose etcd quorum: 1 of 2 voting members would be healthy, 2 needed (unhealthy: m3)", wantRequeue: requeueWhileBusy},
+		{name: "the unhealthy Machine matches no member while a member matches no Machine: blocked",
+			// Its controller joined etcd before the Machine had an address or a Node: the
+			// unmatched member may be its own, so it counts as the one that goes.
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, unhealthy(), withoutAddresses(), withoutNode())
+				f.etcd.add("controller-7f3a", "10.0.7.7")
+				f.machine("m3", time.Hour)
+				f.member("m3").state = memberDown
+			},
+			wantReason: controlplanev1.RemediationBlockedQuorumReason, wantBlocked: controlplanev1.RemediationBlockedQuorumReason,
+			wantMessage: "removing Machine m2 would lose etcd quorum: Machine m2 matches no etcd member, but etcd member(s) controller-7f3a match no Machine", wantRequeue: requeueWhileBusy},
 		{name: "the unhealthy Machine's member is the one down: quorum kept",
 			setup: func(f *fixture) {
 				f.machine("m1", 3*time.Hour)
