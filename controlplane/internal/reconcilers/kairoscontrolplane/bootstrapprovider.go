@@ -175,13 +175,32 @@ func evaluateBootstrapProvider(crd *kairosConfigCRD, controlPlaneRelease string)
 	return b
 }
 
+// unannotatedBootstrapRelease is the release a KairosConfig CRD without the release annotation
+// is taken for: the releases before the policy existed did not stamp their CRDs, and v0.1.0 is
+// the newest of them (release/releases.yaml), so an unannotated CRD is at best v0.1.0.
+const unannotatedBootstrapRelease = "v0.1.0"
+
 // releaseSkewProblem says why a bootstrap release is outside the policy for a control-plane
-// release, or "" when it is inside or either release is unknown (a build from a source tree:
-// then only the contract is checked).
+// release, or "" when it is inside. Builds that are no release are exempt, and then only the
+// contract is checked: a control plane built from a source tree ("" or "dev") or stamped with
+// a pre-release (goreleaser snapshots are vX.Y.Z-dev+<commit>, release candidates
+// vX.Y.Z-rc.N), and a bootstrap provider stamped with a pre-release. A bootstrap CRD with no
+// stamp at all is unannotatedBootstrapRelease.
 func releaseSkewProblem(controlPlaneRelease, bootstrapRelease string) string {
-	cp, err1 := version.ParseSemantic(controlPlaneRelease)
-	bs, err2 := version.ParseSemantic(bootstrapRelease)
-	if err1 != nil || err2 != nil {
+	cp, err := version.ParseSemantic(controlPlaneRelease)
+	if err != nil || cp.PreRelease() != "" {
+		return ""
+	}
+	named := bootstrapRelease
+	if bootstrapRelease == "" {
+		named = fmt.Sprintf("%s (its KairosConfig CRD names no release: a release before %s)", unannotatedBootstrapRelease, bootstrapv1.ReleaseAnnotation)
+		bootstrapRelease = unannotatedBootstrapRelease
+	}
+	bs, err := version.ParseSemantic(bootstrapRelease)
+	if err != nil {
+		return fmt.Sprintf("the installed KairosConfig CRD names the release %q, which is not a version: install a Kairos bootstrap provider release", bootstrapRelease)
+	}
+	if bs.PreRelease() != "" {
 		return ""
 	}
 	diff := int(bs.Minor()) - int(cp.Minor())
@@ -194,7 +213,7 @@ func releaseSkewProblem(controlPlaneRelease, bootstrapRelease string) string {
 		upgrade = "the control-plane provider"
 	}
 	return fmt.Sprintf("bootstrap provider %s is outside the version-skew policy of control-plane provider %s, which works with bootstrap v%d.%d.x to v%d.%d.x: upgrade %s (clusterctl upgrade apply), one minor release at a time",
-		bootstrapRelease, controlPlaneRelease, cp.Major(), lowest, cp.Major(), cp.Minor()+bootstrapMinorSkew, upgrade)
+		named, controlPlaneRelease, cp.Major(), lowest, cp.Major(), cp.Minor()+bootstrapMinorSkew, upgrade)
 }
 
 // errConfigRefused stops the creation of a Machine whose KairosConfig the API server refused; the

@@ -32,10 +32,21 @@ func TestReleaseSkewProblem(t *testing.T) {
 		{"v0.0.9", "v0.2.0", "works with bootstrap v0.0.x to v0.1.x"},
 		{"v1.0.0", "v0.9.0", "upgrade the bootstrap provider"},
 		{"v1.0.0", "v2.0.0", "upgrade the control-plane provider"},
-		// A build from a source tree, or a CRD not installed from a release: only the contract.
+		// A control plane built from a source tree, a goreleaser snapshot (.goreleaser.yaml
+		// snapshot.version_template: {{ incpatch .Version }}-dev+{{ .ShortCommit }}) or a release
+		// candidate is no release: only the contract is checked, against released bootstrap
+		// providers too.
 		{"dev", "v0.9.0", ""},
 		{"", "v0.9.0", ""},
+		{"v0.2.1-dev+3f3b205", "v0.9.0", ""},
+		{"v0.3.0-rc.1", "v0.1.0", ""},
+		// A bootstrap CRD without the release annotation is the release before it, v0.1.0, and is
+		// held to the policy like any other.
 		{"v0.2.0", "", ""},
+		{"v0.1.4", "", ""},
+		{"v0.3.0", "", "bootstrap provider v0.1.0 (its KairosConfig CRD names no release: a release before bootstrap.cluster.x-k8s.io/kairos-release) is outside the version-skew policy of control-plane provider v0.3.0"},
+		{"v1.0.0", "", "upgrade the bootstrap provider"},
+		{"v0.2.0", "latest", `names the release "latest", which is not a version`},
 	} {
 		got := releaseSkewProblem(tc.controlPlane, tc.bootstrap)
 		if tc.want == "" && got != "" || tc.want != "" && !strings.Contains(got, tc.want) {

@@ -118,6 +118,12 @@ func (r *Reconciler) scaleUp(ctx context.Context, s *scope) (ctrl.Result, error)
 // Machines, oldest first. The Machine is left out of its own preflight checks, so a broken one
 // can always be the one to go.
 func (r *Reconciler) scaleDown(ctx context.Context, s *scope, outdated collections.Machines) (ctrl.Result, error) {
+	if !s.bootstrap.compatible() {
+		// Outside the version-skew policy running Machines are left alone, whether a rollout or
+		// a scale-down would remove them.
+		s.halt("deleting no Machine: %s", s.bootstrap.problem)
+		return ctrl.Result{RequeueAfter: bootstrapRecheck}, nil
+	}
 	victim := s.pickMachineToDelete(ctx, outdated)
 	if victim == nil {
 		return ctrl.Result{}, fmt.Errorf("no control-plane Machine to delete")

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
@@ -449,4 +450,32 @@ func TestMaxSurge(t *testing.T) {
 	if got := maxSurge(s); got != 0 {
 		t.Errorf("maxSurge = %d, want 0", got)
 	}
+}
+
+// TestScaleDownOutsideTheSkewPolicy: with the bootstrap provider outside the version-skew policy
+// the control plane leaves its running Machines alone: a scale-down deletes none, and the
+// scaling condition says why.
+func TestScaleDownOutsideTheSkewPolicy(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t).replicas(1)
+	f.machine("m1", 3*time.Hour)
+	f.machine("m2", 2*time.Hour)
+	f.machine("m3", time.Hour)
+	f.bootstrapCRD = bootstrapCRDObject("v0.5.0")
+	e := f.build()
+	e.r.Version = "v0.2.0"
+	s := e.scope(ctx)
+	res, err := e.r.reconcileReplicas(ctx, s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deleted := e.deletedMachines(); len(deleted) > 0 {
+		t.Errorf("deleted %v outside the version-skew policy", deleted)
+	}
+	if !s.halted || res.RequeueAfter != bootstrapRecheck {
+		t.Errorf("halted = %v, requeue %s; want halted and a look again after %s", s.halted, res.RequeueAfter, bootstrapRecheck)
+	}
+	containsAll(t, "waitMessage", s.waitMessage, "deleting no Machine", "bootstrap provider v0.5.0 is outside the version-skew policy")
+	setScalingDownCondition(s)
+	containsAll(t, "ScalingDown", conditions.Get(s.kcp, controlplanev1.ScalingDownCondition).Message, "deleting no Machine")
 }
