@@ -41,12 +41,16 @@ const (
 // cpCluster is a Cluster whose control plane is a KairosControlPlane.
 type cpCluster struct {
 	*harness.TestCluster
+	// h is the management cluster the Cluster lives in.
+	h   *harness.Harness
 	t   *testing.T
 	ctx context.Context
 	kcp *controlplanev1.KairosControlPlane
 }
 
 type cpOptions struct {
+	// mgmt is the management cluster; default: the package's h.
+	mgmt           *harness.Harness
 	replicas       int32
 	version        string
 	failureDomains []string
@@ -62,7 +66,11 @@ type cpOptions struct {
 func newControlPlaneCluster(t *testing.T, dist bootstrapv1.Distribution, o cpOptions) *cpCluster {
 	t.Helper()
 	ctx := framework.Context(t)
-	ns := h.NewNamespace(t)
+	mh := o.mgmt
+	if mh == nil {
+		mh = h
+	}
+	ns := mh.NewNamespace(t)
 	const name = "kc"
 	var fds []infrav1.KairosSimFailureDomain
 	for _, fd := range o.failureDomains {
@@ -73,10 +81,10 @@ func newControlPlaneCluster(t *testing.T, dist bootstrapv1.Distribution, o cpOpt
 	co.ControlPlaneRef = &clusterv1.ContractVersionedObjectReference{
 		APIGroup: controlplanev1.GroupVersion.Group, Kind: "KairosControlPlane", Name: name,
 	}
-	tc := h.NewCluster(t, ns, name, co)
+	tc := mh.NewCluster(t, ns, name, co)
 	tmpl := &infrav1.KairosSimMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-cp"},
 		Spec: infrav1.KairosSimMachineTemplateSpec{Template: infrav1.KairosSimMachineTemplateResource{Spec: o.infra}}}
-	if err := h.Client.Create(ctx, tmpl); err != nil {
+	if err := mh.Client.Create(ctx, tmpl); err != nil {
 		t.Fatal(err)
 	}
 	if o.version == "" {
@@ -105,16 +113,16 @@ func newControlPlaneCluster(t *testing.T, dist bootstrapv1.Distribution, o cpOpt
 	if o.mutate != nil {
 		o.mutate(&kcp.Spec)
 	}
-	if err := h.Client.Create(ctx, kcp); err != nil {
+	if err := mh.Client.Create(ctx, kcp); err != nil {
 		t.Fatal(err)
 	}
-	return &cpCluster{TestCluster: tc, t: t, ctx: ctx, kcp: kcp}
+	return &cpCluster{TestCluster: tc, h: mh, t: t, ctx: ctx, kcp: kcp}
 }
 
 // get refreshes the KairosControlPlane.
 func (c *cpCluster) get() *controlplanev1.KairosControlPlane {
 	c.t.Helper()
-	if err := h.Client.Get(c.ctx, client.ObjectKeyFromObject(c.kcp), c.kcp); err != nil {
+	if err := c.h.Client.Get(c.ctx, client.ObjectKeyFromObject(c.kcp), c.kcp); err != nil {
 		c.t.Fatal(err)
 	}
 	return c.kcp
@@ -125,18 +133,18 @@ func (c *cpCluster) update(mutate func(*controlplanev1.KairosControlPlaneSpec)) 
 	c.t.Helper()
 	framework.Eventually(c.t, 30*time.Second, func() error {
 		kcp := &controlplanev1.KairosControlPlane{}
-		if err := h.Client.Get(c.ctx, client.ObjectKeyFromObject(c.kcp), kcp); err != nil {
+		if err := c.h.Client.Get(c.ctx, client.ObjectKeyFromObject(c.kcp), kcp); err != nil {
 			return err
 		}
 		mutate(&kcp.Spec)
-		return h.Client.Update(c.ctx, kcp)
+		return c.h.Client.Update(c.ctx, kcp)
 	})
 }
 
 // controlPlaneMachines lists the control-plane Machines, oldest first.
 func (c *cpCluster) controlPlaneMachines() ([]clusterv1.Machine, error) {
 	list := &clusterv1.MachineList{}
-	if err := h.Client.List(c.ctx, list, client.InNamespace(c.Cluster.Namespace), client.MatchingLabels{
+	if err := c.h.Client.List(c.ctx, list, client.InNamespace(c.Cluster.Namespace), client.MatchingLabels{
 		clusterv1.ClusterNameLabel: c.Cluster.Name, controlplanev1.ControlPlaneNameLabel: c.kcp.Name,
 	}); err != nil {
 		return nil, err
@@ -205,7 +213,7 @@ func (c *cpCluster) waitSettled(n int, version string, timeout time.Duration) []
 				return fmt.Errorf("KairosControlPlane %s is not false: %+v", typ, conditions.Get(kcp, typ))
 			}
 		}
-		return harness.CheckCondition(c.ctx, h.Client, c.Cluster, clusterv1.ClusterControlPlaneAvailableCondition, metav1.ConditionTrue, "")
+		return harness.CheckCondition(c.ctx, c.h.Client, c.Cluster, clusterv1.ClusterControlPlaneAvailableCondition, metav1.ConditionTrue, "")
 	})
 	return machines
 }
@@ -213,7 +221,7 @@ func (c *cpCluster) waitSettled(n int, version string, timeout time.Duration) []
 // kcpProblems summarises the control plane's false conditions for failure messages.
 func (c *cpCluster) kcpProblems() string {
 	kcp := &controlplanev1.KairosControlPlane{}
-	if err := h.Client.Get(c.ctx, client.ObjectKeyFromObject(c.kcp), kcp); err != nil {
+	if err := c.h.Client.Get(c.ctx, client.ObjectKeyFromObject(c.kcp), kcp); err != nil {
 		return err.Error()
 	}
 	var out []string
@@ -299,6 +307,7 @@ func describeMachines(machines []clusterv1.Machine) string {
 // TestControlPlaneWithWorkers: one control-plane Machine and a MachineDeployment of two workers
 // reach Running with nodes, and the kubeconfig the control plane writes works.
 func TestControlPlaneWithWorkers(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
@@ -403,6 +412,7 @@ func TestControlPlaneWithWorkers(t *testing.T) {
 // scaled to five and back to three with `kubectl scale`; members leave etcd before their
 // Machines go.
 func TestHAScaleUpAndDown(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
@@ -435,7 +445,7 @@ func TestHAScaleUpAndDown(t *testing.T) {
 func (c *cpCluster) scale(n int32) {
 	c.t.Helper()
 	patch := client.RawPatch(types.MergePatchType, fmt.Appendf(nil, `{"spec":{"replicas":%d}}`, n))
-	if err := h.Client.SubResource("scale").Patch(c.ctx, c.kcp, patch, client.WithSubResourceBody(&autoscalingv1.Scale{})); err != nil {
+	if err := c.h.Client.SubResource("scale").Patch(c.ctx, c.kcp, patch, client.WithSubResourceBody(&autoscalingv1.Scale{})); err != nil {
 		c.t.Fatal(err)
 	}
 }
@@ -444,6 +454,7 @@ func (c *cpCluster) scale(n int32) {
 // with maxSurge 1 (never more than replicas+1 Machines) and then with maxSurge 0 (never more
 // than replicas).
 func TestRollout(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
@@ -502,6 +513,7 @@ func assertReplaced(t *testing.T, before, after []clusterv1.Machine) {
 // TestRemediation: a MachineHealthCheck marks a control-plane Machine whose node stopped being
 // ready; the control plane removes its etcd member, deletes it and creates a replacement.
 func TestRemediation(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
@@ -543,12 +555,14 @@ func TestRemediation(t *testing.T) {
 	}
 }
 
-// TestPauseAndResume: a paused Cluster's control plane does nothing until it is resumed.
+// TestPauseAndResume: a paused Cluster's control plane does nothing until it is resumed. k0s
+// only: pausing does not depend on the distribution (TestReconcilePaused proves the rule for the
+// reconciler), and the scale-up after resuming joins controllers as TestHAScaleUpAndDown does
+// for both.
 func TestPauseAndResume(t *testing.T) {
-	for _, dist := range distributions {
+	t.Parallel()
+	for _, dist := range []bootstrapv1.Distribution{bootstrapv1.DistributionK0s} {
 		t.Run(string(dist), func(t *testing.T) {
-			// The distributions run side by side: their clusters share nothing but the harness.
-			t.Parallel()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
 			c.waitSettled(1, version, waitScale)
 			c.setPaused(true)
@@ -579,16 +593,17 @@ func (c *cpCluster) setPaused(paused bool) {
 	c.t.Helper()
 	framework.Eventually(c.t, 30*time.Second, func() error {
 		cluster := &clusterv1.Cluster{}
-		if err := h.Client.Get(c.ctx, c.Key(), cluster); err != nil {
+		if err := c.h.Client.Get(c.ctx, c.Key(), cluster); err != nil {
 			return err
 		}
 		cluster.Spec.Paused = ptr.To(paused)
-		return h.Client.Update(c.ctx, cluster)
+		return c.h.Client.Update(c.ctx, cluster)
 	})
 }
 
 // TestDeleteCluster: deleting the Cluster removes the workers first, then the control plane.
 func TestDeleteCluster(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
@@ -711,11 +726,19 @@ func hasLabel(m *clusterv1.Machine, key string) bool {
 }
 
 // TestRestartMidRollout: the managers restart in the middle of a rollout; the new processes
-// pick up where the old ones were, without creating extra Machines.
+// pick up where the old ones were, without creating extra Machines. It restarts its manager, so
+// it has a management cluster of its own and runs beside the other scenarios; its distributions
+// run one after the other, each restarting that manager while the other waits.
 func TestRestartMidRollout(t *testing.T) {
+	t.Parallel()
+	opts, err := controlPlaneHarnessOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := harness.Start(t, opts)
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
-			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3, version: oldVersion})
+			c := newControlPlaneCluster(t, dist, cpOptions{mgmt: h, replicas: 3, version: oldVersion})
 			c.waitSettled(3, oldVersion, waitScale)
 
 			w := c.watchMachineCount()
@@ -768,6 +791,7 @@ func TestRestartMidRollout(t *testing.T) {
 // TestKubeconfigRotation: a kubeconfig whose client certificate is about to expire is replaced
 // with a fresh one that still works.
 func TestKubeconfigRotation(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.

@@ -40,7 +40,7 @@ func (c *cpCluster) watchAvailable() *availabilityWatch {
 		defer close(w.finished)
 		for {
 			kcp := &controlplanev1.KairosControlPlane{}
-			if err := h.Client.Get(c.ctx, client.ObjectKeyFromObject(c.kcp), kcp); err == nil {
+			if err := c.h.Client.Get(c.ctx, client.ObjectKeyFromObject(c.kcp), kcp); err == nil {
 				if cond := conditions.Get(kcp, controlplanev1.AvailableCondition); cond == nil || cond.Status != metav1.ConditionTrue {
 					w.mu.Lock()
 					w.notTrue = append(w.notTrue, fmt.Sprintf("%+v", cond))
@@ -108,6 +108,7 @@ func (c *cpCluster) machineByName(name string) *clusterv1.Machine {
 // member is healthy again, they all proceed. Available stays true through a 1 -> 3 scale-up
 // and turns false when quorum is lost.
 func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
@@ -219,6 +220,7 @@ func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
 // Machines unhealthy; the control plane replaces them one after the other and ends with three
 // healthy members, without help.
 func TestTwoUnhealthyMachinesRecover(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
@@ -256,6 +258,7 @@ func TestTwoUnhealthyMachinesRecover(t *testing.T) {
 // a MachineHealthCheck sees its Node go Unknown, and the control plane replaces it, removing
 // the dead member, and ends with three healthy members.
 func TestEtcdPartitionAndPowerOff(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
@@ -331,7 +334,7 @@ func (c *cpCluster) createHealthCheck(status corev1.ConditionStatus) {
 			},
 		},
 	}
-	if err := h.Client.Create(c.ctx, mhc); err != nil {
+	if err := c.h.Client.Create(c.ctx, mhc); err != nil {
 		c.t.Fatal(err)
 	}
 }

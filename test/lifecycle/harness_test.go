@@ -22,7 +22,8 @@ import (
 // Machine: the new manager (fresh caches, ClusterCache and controllers in the same process)
 // serves the webhooks and carries on. The Machine's image is outdated so that no workload API
 // server is started. It also checks that the KairosSimCluster's failure domains reach the
-// Cluster and that the machine is placed in its Machine's failure domain.
+// Cluster and that the machine is placed in its Machine's failure domain. Not parallel: it
+// restarts the manager every scenario shares.
 func TestHarnessManagerRestart(t *testing.T) {
 	ctx := framework.Context(t)
 	ns := h.NewNamespace(t)

@@ -25,6 +25,7 @@ import (
 // simulated nodes refuse a server that listens anywhere but 6443, a k0s server that would send
 // its clients to host:6443, and joins through anything but the endpoint.
 func TestAPIServerPortBehindLoadBalancer(t *testing.T) {
+	t.Parallel()
 	const apiServerPort = 6443
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
@@ -87,6 +88,7 @@ func TestAPIServerPortBehindLoadBalancer(t *testing.T) {
 // control-plane node, the cluster stays reachable through <cluster>-kubeconfig, and the
 // control plane replaces the Machine through the same address.
 func TestVirtualIPSurvivesLosingItsHolder(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.

@@ -28,6 +28,7 @@ import (
 // (what this provider rendered before) never get one: their Nodes register without the
 // Machine's provider ID and nobody gives it to them.
 func TestProviderIDConventions(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.

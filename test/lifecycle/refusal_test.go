@@ -66,6 +66,7 @@ func wrongWorkerToken(t *testing.T, ctx context.Context, tc *harness.TestCluster
 // workerTokenSecretRef override: its node must never join, so its Machine never gets a nodeRef,
 // and the KairosSimMachine surfaces the node's reason.
 func TestWrongTokenIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
@@ -145,6 +146,7 @@ func TestWrongTokenIsRefused(t *testing.T) {
 // distribution, so no workload cluster comes up, no sentinel is written, and the reason is
 // surfaced.
 func TestWrongInstalledVersionIsRefused(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.

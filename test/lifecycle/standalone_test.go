@@ -65,6 +65,7 @@ func waitControlPlaneInitialized(t *testing.T, tc *harness.TestCluster) {
 // MachineDeployment of two workers, and checks the result with Cluster API's own status and
 // with the workload cluster itself.
 func TestStandaloneControlPlaneAndWorkers(t *testing.T) {
+	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.

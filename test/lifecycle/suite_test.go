@@ -22,9 +22,11 @@ package lifecycle
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -43,34 +45,35 @@ import (
 // h is the management cluster shared by every scenario of the package.
 var h *harness.Harness
 
+// defaultParallel is how many scenarios run at once unless -test.parallel says otherwise. A
+// scenario mostly waits (for simulated nodes, workload API servers and Cluster API's
+// reconciles), so on 2 cores more of them fit than go test's default of one per core; each
+// runs its own workload API server and up to five etcd members (measured: 3.4 GiB used at most
+// for the whole package at 6). A scenario that restarts the shared manager does not call
+// t.Parallel (go test runs it first, while nothing else uses the manager), or has a management
+// cluster of its own (TestRestartMidRollout, TestMachinePoolAddsNodeAfterJoinTokenExpired).
+const defaultParallel = 6
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(defaultParallel)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	os.Exit(run(m))
 }
 
 func run(m *testing.M) int {
-	var err error
-	root, err := framework.RepoRoot()
+	opts, err := controlPlaneHarnessOptions()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	crds, err := framework.ProjectCRDFiles("controlplane")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		return 1
-	}
-	h, err = harness.New(harness.Options{
-		ExtraCRDFiles:    crds,
-		ExtraWebhookDirs: []string{filepath.Join(root, "controlplane", "config", "webhook")},
-		AddToScheme:      []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
-		Setup: []harness.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
-			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 4, EtcdHealthInterval: 5 * time.Second,
-				Client: countingClient{Client: mgr.GetClient(), log: controlPlaneWrites}})
-		}},
-		// Short join-token lifetime: scenarios run long enough to see refreshes.
-		BootstrapTokenTTL: 2 * time.Minute,
-	})
-	if err != nil {
+	if h, err = harness.New(opts); err != nil {
 		fmt.Fprintln(os.Stderr, "starting the lifecycle harness:", err)
 		return 1
 	}
@@ -80,4 +83,28 @@ func run(m *testing.M) int {
 		}
 	}()
 	return m.Run()
+}
+
+// controlPlaneHarnessOptions are the options of a management cluster that also runs the
+// control-plane provider: the package's, and those of scenarios that need a manager of their own.
+func controlPlaneHarnessOptions() (harness.Options, error) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		return harness.Options{}, err
+	}
+	crds, err := framework.ProjectCRDFiles("controlplane")
+	if err != nil {
+		return harness.Options{}, err
+	}
+	return harness.Options{
+		ExtraCRDFiles:    crds,
+		ExtraWebhookDirs: []string{filepath.Join(root, "controlplane", "config", "webhook")},
+		AddToScheme:      []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
+		Setup: []harness.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
+			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 4, EtcdHealthInterval: 5 * time.Second,
+				Client: countingClient{Client: mgr.GetClient(), log: controlPlaneWrites}})
+		}},
+		// Short join-token lifetime: scenarios run long enough to see refreshes.
+		BootstrapTokenTTL: 2 * time.Minute,
+	}, nil
 }
