@@ -21,8 +21,8 @@ type VIP struct {
 	// Interface carries the address; empty lets k0s / kube-vip use the
 	// interface of the default route.
 	Interface string
-	// VirtualRouterID (k0s only) is the keepalived VRRP router ID, 1-255; 0
-	// leaves k0s' default (51).
+	// VirtualRouterID is the k0s keepalived VRRP router ID, 1-255; 0 leaves
+	// k0s' default (51). k3s does not use it.
 	VirtualRouterID int32
 	// KubeVIPImage (k3s only) is kube-vip's image; empty means
 	// DefaultKubeVIPImage.
@@ -103,9 +103,8 @@ func (n *Node) validateVIP(p *problems) {
 			p.add("VIP.KubeVIPImage", "k0s holds the virtual IP with its own keepalived, not kube-vip: remove kubeVIPImage")
 		}
 	case K3s:
-		if v.VirtualRouterID != 0 {
-			p.add("VIP.VirtualRouterID", "kube-vip (k3s) elects the holder with a Kubernetes lease, not VRRP: remove virtualRouterID")
-		}
+		// VirtualRouterID is not used: kube-vip elects the holder with a Kubernetes lease, not
+		// VRRP. It is accepted (the API warns), so that a template serves both distributions.
 	}
 }
 

@@ -40,7 +40,6 @@ func TestVIPRefused(t *testing.T) {
 		{"port translation", "Network.APIServerPort", "with a virtual IP both ports are the same", func(n *Node) { n.Network.APIServerPort = 6444 }, K0s},
 		{"router ID out of range", "VIP.VirtualRouterID", "not a VRRP router ID", func(n *Node) { n.VIP.VirtualRouterID = 256 }, K0s},
 		{"kube-vip image on k0s", "VIP.KubeVIPImage", "remove kubeVIPImage", func(n *Node) { n.VIP.KubeVIPImage = "example/kube-vip:v1" }, K0s},
-		{"router ID on k3s", "VIP.VirtualRouterID", "remove virtualRouterID", func(n *Node) { n.VIP.VirtualRouterID = 5 }, K3s},
 		{"worker", "VIP", "only control-plane nodes hold the virtual IP", func(n *Node) {
 			n.Role, n.Init, n.PKI, n.JoinToken = RoleWorker, false, nil, k0sToken(t, fixturePKI(t), token.K0sWorkerToken)
 		}, K0s},
@@ -140,6 +139,12 @@ func TestVIPRendered(t *testing.T) {
 		n.VIP.KubeVIPImage = "registry.example.com/kube-vip:v1.0.4"
 		if m := fileOf(t, n, K3sVIPManifest); !strings.Contains(m, "image: registry.example.com/kube-vip:v1.0.4") {
 			t.Error("kubeVIPImage is not used")
+		}
+		// A router ID (one template for both distributions) is accepted and changes nothing.
+		withID := n
+		withID.VIP = &VIP{Address: n.VIP.Address, Interface: n.VIP.Interface, KubeVIPImage: n.VIP.KubeVIPImage, VirtualRouterID: 77}
+		if a, b := mustDocument(t, n), mustDocument(t, withID); a != b {
+			t.Error("virtualRouterID changed what a k3s server is told")
 		}
 	})
 	t.Run("no VIP, no announcement", func(t *testing.T) {

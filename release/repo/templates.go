@@ -83,6 +83,7 @@ var (
 		"WORKER_MACHINE_COUNT":                  "2",
 		"KAIROS_HA_CONTROL_PLANE_MACHINE_COUNT": "5",
 		"KAIROS_DISTRIBUTION":                   "k3s",
+		"KAIROS_VRRP_ROUTER_ID":                 "77",
 		"KAIROS_SSH_PUBLIC_KEY":                 "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIHjc1LVfPtZeMfgtSgXPAmVlaItjtq8fovRIRYDR4K/o release@check",
 		"KAIROS_GITHUB_USER":                    "octocat",
 		"KAIROS_USER_PASSWORD_SECRET_NAME":      "release-check-login",

@@ -362,6 +362,30 @@ func checkFlavor(t *testing.T, flavor string, infra repo.Infrastructure, p *prov
 		}
 	}
 
+	// What a real provider needs beyond its CRDs. The flavors without a load balancer hold the
+	// endpoint as a virtual IP, with a VRRP router ID per cluster (KAIROS_VRRP_ROUTER_ID; two
+	// k0s clusters on one network must not share one). CAPMOX must not wait for `cloud-init
+	// status` through the guest agent: a Kairos node has no cloud-init (yip reads the data).
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "KairosControlPlane":
+			_, vip, _ := unstructured.NestedMap(o.Object, "spec", "kairosConfigSpec", "virtualIP")
+			if want := slices.Contains([]string{"vsphere", "metal3", "proxmox"}, flavor); vip != want {
+				t.Errorf("%s: virtualIP set = %v, want %v", o.GetName(), vip, want)
+			}
+			if vip {
+				id, _, _ := unstructured.NestedFieldNoCopy(o.Object, "spec", "kairosConfigSpec", "virtualIP", "virtualRouterID")
+				if want := count("KAIROS_VRRP_ROUTER_ID", "51"); fmt.Sprint(id) != want {
+					t.Errorf("%s: virtualIP.virtualRouterID %v, want %s", o.GetName(), id, want)
+				}
+			}
+		case "ProxmoxMachineTemplate":
+			if skip, _, _ := unstructured.NestedBool(o.Object, "spec", "template", "spec", "checks", "skipCloudInitStatus"); !skip {
+				t.Errorf("%s: CAPMOX would wait for cloud-init's status, which a Kairos node never reports: set checks.skipCloudInitStatus", o.GetName())
+			}
+		}
+	}
+
 	applied, skipped := 0, 0
 	for i := range objs {
 		o := &objs[i]

@@ -345,9 +345,10 @@ type VirtualIP struct {
 	// +kubebuilder:validation:MaxLength=15
 	Interface string `json:"interface,omitempty"`
 
-	// virtualRouterID is the VRRP router ID of the k0s keepalived instance (k0s only), which
-	// must be unique among the VRRP instances of the nodes' broadcast domain; k0s' default is
-	// 51.
+	// virtualRouterID is the VRRP router ID of the k0s keepalived instance, which must be
+	// unique among the VRRP instances of the nodes' broadcast domain; k0s' default is 51. k3s
+	// ignores it (kube-vip elects with a lease), with an admission warning, so that one
+	// template serves both distributions.
 	// +optional
 	// +kubebuilder:validation:Minimum=1
 	// +kubebuilder:validation:Maximum=255

@@ -83,6 +83,10 @@ func (s *KairosConfigSpec) Warnings(fld *field.Path) []string {
 		warnings = append(warnings, fmt.Sprintf("%s is stored in plain text in the object; prefer %s",
 			fld.Child("workerToken"), fld.Child("workerTokenSecretRef")))
 	}
+	if s.VirtualIP != nil && s.VirtualIP.VirtualRouterID != 0 && s.Distribution == DistributionK3s {
+		warnings = append(warnings, fmt.Sprintf("%s has no effect with k3s: kube-vip elects the holder of the virtual IP with a Kubernetes lease, not VRRP",
+			fld.Child("virtualIP", "virtualRouterID")))
+	}
 	return warnings
 }
 

@@ -491,6 +491,16 @@ func TestWarnings(t *testing.T) {
 			s.WorkerTokenSecretRef = secretRef("tok", "value")
 			return s
 		}, nil},
+		{"a VRRP router ID on k3s has no effect", field.NewPath("spec"), func() bootstrapv1.KairosConfigSpec {
+			s := cpK3s()
+			s.VirtualIP = &bootstrapv1.VirtualIP{Address: "192.0.2.10", VirtualRouterID: 77}
+			return s
+		}, [][]string{{"spec.virtualIP.virtualRouterID has no effect with k3s", "kube-vip"}}},
+		{"a VRRP router ID on k0s is used", field.NewPath("spec"), func() bootstrapv1.KairosConfigSpec {
+			s := cpK0s()
+			s.VirtualIP = &bootstrapv1.VirtualIP{Address: "192.0.2.10", VirtualRouterID: 77}
+			return s
+		}, nil},
 		{"both warnings", field.NewPath("spec"), func() bootstrapv1.KairosConfigSpec {
 			s := bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleWorker, WorkerToken: validK0sToken}
 			s.Default()
