@@ -72,7 +72,7 @@ func (b *builder) k3sServer() {
 		b.file(K3sManifestDir+"/"+K3sManifestPrefix+m.Name+".yaml", 0o600, m.Content)
 	}
 	if n.VIP != nil {
-		b.file(K3sVIPManifest, 0o600, n.k3sKubeVIPManifest())
+		b.file(K3sVIPManifest, 0o600, b.kubeVIP)
 	}
 	b.k3sUserConfig()
 	b.cfg.K3s = b.distribution(args)

@@ -170,6 +170,7 @@ func Render(n Node) (*cloudconfig.Config, error) {
 		n:         &n,
 		version:   v.version,
 		k0sConfig: v.k0sConfig,
+		kubeVIP:   v.kubeVIPManifest,
 		service:   ServiceName(n.Distribution, n.Role),
 		cfg:       &cloudconfig.Config{},
 		files:     make([]cloudconfig.File, 0, 24),
@@ -184,6 +185,7 @@ type builder struct {
 	n         *Node
 	version   string
 	k0sConfig string
+	kubeVIP   string
 	service   string
 	cfg       *cloudconfig.Config
 	files     []cloudconfig.File

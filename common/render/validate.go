@@ -87,6 +87,8 @@ type validated struct {
 	version string
 	// k0sConfig is /etc/k0s/k0s.yaml for k0s controllers.
 	k0sConfig string
+	// kubeVIPManifest is K3sVIPManifest for k3s servers holding a virtual IP.
+	kubeVIPManifest string
 }
 
 // validate checks n one concern at a time, each in its own method, and
@@ -113,6 +115,13 @@ func (n *Node) validate() (validated, error) {
 	n.validateControlPlanePKI(&p)
 	n.validateJoinToken(&p)
 	out.k0sConfig = n.validateConfig(&p)
+	if n.VIP != nil && n.Distribution == K3s && n.Role == RoleControlPlane && p.err() == nil {
+		m, err := n.k3sKubeVIPManifest()
+		if err != nil {
+			p.wrap("VIP", err)
+		}
+		out.kubeVIPManifest = m
+	}
 	n.checkUTF8(&p)
 	return out, p.err()
 }

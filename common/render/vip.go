@@ -6,8 +6,12 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/version"
+
+	"github.com/kairos-capi/kairos-capi/common/internal/yamlenc"
+	"github.com/kairos-capi/kairos-capi/common/syntax"
 )
 
 // VIP is a virtual IP the control-plane nodes hold among themselves: the
@@ -103,6 +107,9 @@ func (n *Node) validateVIP(p *problems) {
 			p.add("VIP.KubeVIPImage", "k0s holds the virtual IP with its own keepalived, not kube-vip: remove kubeVIPImage")
 		}
 	case K3s:
+		if v.KubeVIPImage != "" && !syntax.IsImageReference(v.KubeVIPImage) {
+			p.add("VIP.KubeVIPImage", "%q is not an image reference like %s", v.KubeVIPImage, DefaultKubeVIPImage)
+		}
 		// VirtualRouterID is not used: kube-vip elects the holder with a Kubernetes lease, not
 		// VRRP. It is accepted (the API warns), so that a template serves both distributions.
 	}
@@ -147,14 +154,17 @@ func (n *Node) k0sControlPlaneLoadBalancing() map[string]any {
 // starts its first server without the address): ARP announcements of the
 // address by the holder of a Lease in kube-system, on every control-plane
 // node. The first server serves the API on its own address until kube-vip
-// runs; later servers and agents join through the address.
-func (n *Node) k3sKubeVIPManifest() string {
+// runs; later servers and agents join through the address. The objects are
+// built as values and encoded, so no field's value can change the YAML's
+// shape (the image is checked in validateVIP).
+func (n *Node) k3sKubeVIPManifest() (string, error) {
 	v := n.VIP
 	image := v.KubeVIPImage
 	if image == "" {
 		image = DefaultKubeVIPImage
 	}
-	env := [][2]string{
+	var env []any
+	for _, e := range [][2]string{
 		{"address", v.Address},
 		{"port", strconv.Itoa(int(n.apiServerPort()))},
 		{"vip_interface", v.Interface},
@@ -167,85 +177,70 @@ func (n *Node) k3sKubeVIPManifest() string {
 		{"vip_leaseduration", "5"},
 		{"vip_renewdeadline", "3"},
 		{"vip_retryperiod", "1"},
+	} {
+		env = append(env, map[string]any{"name": e[0], "value": e[1]})
 	}
-	envYAML := ""
-	for _, e := range env {
-		envYAML += fmt.Sprintf("        - name: %s\n          value: %q\n", e[0], e[1])
+	const name, namespace = "kube-vip", "kube-system"
+	labels := map[string]any{"app.kubernetes.io/name": name}
+	rule := func(group string, resources, verbs []any) map[string]any {
+		return map[string]any{"apiGroups": []any{group}, "resources": resources, "verbs": verbs}
 	}
-	return `apiVersion: v1
-kind: ServiceAccount
-metadata:
-  name: kube-vip
-  namespace: kube-system
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRole
-metadata:
-  name: system:kube-vip-role
-rules:
-- apiGroups: [""]
-  resources: ["services/status"]
-  verbs: ["update"]
-- apiGroups: [""]
-  resources: ["services", "endpoints", "nodes"]
-  verbs: ["list", "get", "watch", "update"]
-- apiGroups: ["coordination.k8s.io"]
-  resources: ["leases"]
-  verbs: ["list", "get", "watch", "update", "create"]
-- apiGroups: [""]
-  resources: ["events"]
-  verbs: ["create", "patch"]
----
-apiVersion: rbac.authorization.k8s.io/v1
-kind: ClusterRoleBinding
-metadata:
-  name: system:kube-vip-binding
-roleRef:
-  apiGroup: rbac.authorization.k8s.io
-  kind: ClusterRole
-  name: system:kube-vip-role
-subjects:
-- kind: ServiceAccount
-  name: kube-vip
-  namespace: kube-system
----
-apiVersion: apps/v1
-kind: DaemonSet
-metadata:
-  name: kube-vip
-  namespace: kube-system
-spec:
-  selector:
-    matchLabels:
-      app.kubernetes.io/name: kube-vip
-  template:
-    metadata:
-      labels:
-        app.kubernetes.io/name: kube-vip
-    spec:
-      affinity:
-        nodeAffinity:
-          requiredDuringSchedulingIgnoredDuringExecution:
-            nodeSelectorTerms:
-            - matchExpressions:
-              - key: node-role.kubernetes.io/control-plane
-                operator: Exists
-      tolerations:
-      - operator: Exists
-        effect: NoSchedule
-      - operator: Exists
-        effect: NoExecute
-      hostNetwork: true
-      serviceAccountName: kube-vip
-      containers:
-      - name: kube-vip
-        image: ` + image + `
-        imagePullPolicy: IfNotPresent
-        args: ["manager"]
-        env:
-` + envYAML + `        securityContext:
-          capabilities:
-            add: ["NET_ADMIN", "NET_RAW"]
-            drop: ["ALL"]
-`
+	objects := []map[string]any{{
+		"apiVersion": "v1", "kind": "ServiceAccount",
+		"metadata": map[string]any{"name": name, "namespace": namespace},
+	}, {
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+		"metadata": map[string]any{"name": "system:kube-vip-role"},
+		"rules": []any{
+			rule("", []any{"services/status"}, []any{"update"}),
+			rule("", []any{"services", "endpoints", "nodes"}, []any{"list", "get", "watch", "update"}),
+			rule("coordination.k8s.io", []any{"leases"}, []any{"list", "get", "watch", "update", "create"}),
+			rule("", []any{"events"}, []any{"create", "patch"}),
+		},
+	}, {
+		"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+		"metadata": map[string]any{"name": "system:kube-vip-binding"},
+		"roleRef":  map[string]any{"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "system:kube-vip-role"},
+		"subjects": []any{map[string]any{"kind": "ServiceAccount", "name": name, "namespace": namespace}},
+	}, {
+		"apiVersion": "apps/v1", "kind": "DaemonSet",
+		"metadata": map[string]any{"name": name, "namespace": namespace},
+		"spec": map[string]any{
+			"selector": map[string]any{"matchLabels": labels},
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": labels},
+				"spec": map[string]any{
+					"affinity": map[string]any{"nodeAffinity": map[string]any{"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{
+						"nodeSelectorTerms": []any{map[string]any{"matchExpressions": []any{
+							map[string]any{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"},
+						}}},
+					}}},
+					"tolerations": []any{
+						map[string]any{"operator": "Exists", "effect": "NoSchedule"},
+						map[string]any{"operator": "Exists", "effect": "NoExecute"},
+					},
+					"hostNetwork":        true,
+					"serviceAccountName": name,
+					"containers": []any{map[string]any{
+						"name": name, "image": image, "imagePullPolicy": "IfNotPresent",
+						"args": []any{"manager"},
+						"env":  env,
+						"securityContext": map[string]any{"capabilities": map[string]any{
+							"add": []any{"NET_ADMIN", "NET_RAW"}, "drop": []any{"ALL"},
+						}},
+					}},
+				},
+			},
+		},
+	}}
+	docs := make([]string, 0, len(objects))
+	for _, o := range objects {
+		e := yamlenc.New(1024)
+		e.AnyMap(0, o)
+		if err := e.Err(); err != nil {
+			return "", fmt.Errorf("encoding the kube-vip manifest: %w", err)
+		}
+		docs = append(docs, string(e.Bytes()))
+	}
+	return strings.Join(docs, "---\n"), nil
 }

@@ -39,6 +39,8 @@ func TestVIPRefused(t *testing.T) {
 		{"prefix longer than the family", "VIP.PrefixLength", "not a prefix length of 192.0.2.10 (1-32)", func(n *Node) { n.VIP.PrefixLength = 33 }, K0s},
 		{"port translation", "Network.APIServerPort", "with a virtual IP both ports are the same", func(n *Node) { n.Network.APIServerPort = 6444 }, K0s},
 		{"router ID out of range", "VIP.VirtualRouterID", "not a VRRP router ID", func(n *Node) { n.VIP.VirtualRouterID = 256 }, K0s},
+		{"kube-vip image that is no image reference", "VIP.KubeVIPImage", "is not an image reference like ghcr.io/kube-vip/kube-vip:v1.0.4",
+			func(n *Node) { n.VIP.KubeVIPImage = "ghcr.io/kube-vip/kube-vip:v1.0.4\n        command: [sh]" }, K3s},
 		{"kube-vip image on k0s", "VIP.KubeVIPImage", "remove kubeVIPImage", func(n *Node) { n.VIP.KubeVIPImage = "example/kube-vip:v1" }, K0s},
 		{"worker", "VIP", "only control-plane nodes hold the virtual IP", func(n *Node) {
 			n.Role, n.Init, n.PKI, n.JoinToken = RoleWorker, false, nil, k0sToken(t, fixturePKI(t), token.K0sWorkerToken)
@@ -126,19 +128,21 @@ func TestVIPRendered(t *testing.T) {
 		n := vipNode(t, K3s, "192.0.2.10")
 		n.VIP.Interface = "ens192"
 		doc := mustDocument(t, n)
-		m := fileOf(t, n, K3sVIPManifest)
-		for _, want := range []string{"image: " + DefaultKubeVIPImage, "name: address\n          value: \"192.0.2.10\"",
-			"name: vip_subnet\n          value: \"32\"", "name: vip_interface\n          value: \"ens192\"", "name: port\n          value: \"6443\""} {
-			if !strings.Contains(m, want) {
-				t.Errorf("the kube-vip manifest lacks %q:\n%s", want, m)
+		image, env := kubeVIPContainer(t, fileOf(t, n, K3sVIPManifest))
+		if image != DefaultKubeVIPImage {
+			t.Errorf("kube-vip image %q, want %q", image, DefaultKubeVIPImage)
+		}
+		for k, want := range map[string]string{"address": "192.0.2.10", "vip_subnet": "32", "vip_interface": "ens192", "port": "6443", "cp_enable": "true"} {
+			if env[k] != want {
+				t.Errorf("kube-vip env %s = %q, want %q", k, env[k], want)
 			}
 		}
 		if !strings.Contains(doc, "--tls-san=192.0.2.10") {
 			t.Error("the servers' certificate must carry the virtual IP")
 		}
 		n.VIP.KubeVIPImage = "registry.example.com/kube-vip:v1.0.4"
-		if m := fileOf(t, n, K3sVIPManifest); !strings.Contains(m, "image: registry.example.com/kube-vip:v1.0.4") {
-			t.Error("kubeVIPImage is not used")
+		if image, _ := kubeVIPContainer(t, fileOf(t, n, K3sVIPManifest)); image != "registry.example.com/kube-vip:v1.0.4" {
+			t.Errorf("kubeVIPImage is not used: image %q", image)
 		}
 		// A router ID (one template for both distributions) is accepted and changes nothing.
 		withID := n
@@ -195,5 +199,42 @@ func TestNodeLocalLoadBalancing(t *testing.T) {
 	n.Config = "spec:\n  network:\n    nodeLocalLoadBalancing:\n      enabled: false\n"
 	if _, err := Document(n); err != nil {
 		t.Errorf("disabled node-local load balancing refused: %v", err)
+	}
+}
+
+// kubeVIPContainer reads the kube-vip DaemonSet's container from the manifest the k3s servers
+// apply: its image and environment.
+func kubeVIPContainer(t *testing.T, manifest string) (string, map[string]string) {
+	t.Helper()
+	dec := yaml.NewDecoder(strings.NewReader(manifest))
+	for {
+		var o struct {
+			Kind string
+			Spec struct {
+				Template struct {
+					Spec struct {
+						Containers []struct {
+							Image string
+							Env   []struct{ Name, Value string }
+						}
+					}
+				}
+			}
+		}
+		if err := dec.Decode(&o); err != nil {
+			t.Fatalf("no kube-vip DaemonSet in the manifest (%v):\n%s", err, manifest)
+		}
+		if o.Kind != "DaemonSet" {
+			continue
+		}
+		if len(o.Spec.Template.Spec.Containers) != 1 {
+			t.Fatalf("kube-vip DaemonSet with %d containers", len(o.Spec.Template.Spec.Containers))
+		}
+		c := o.Spec.Template.Spec.Containers[0]
+		env := map[string]string{}
+		for _, e := range c.Env {
+			env[e.Name] = e.Value
+		}
+		return c.Image, env
 	}
 }

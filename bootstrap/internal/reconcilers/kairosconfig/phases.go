@@ -61,7 +61,7 @@ func (r *Reconciler) reconcileExistingData(ctx context.Context, s *scope) (ctrl.
 			return util.LowestNonZeroResult(res, ctrl.Result{RequeueAfter: notConnectedRequeue}), nil
 		}
 		s.dataSecretName = secret.Name
-		s.halt()
+		s.stop()
 		return util.LowestNonZeroResult(res, r.reconcileNodeProviderID(ctx, s)), nil
 	case !apierrors.IsNotFound(err):
 		return ctrl.Result{}, fmt.Errorf("reading bootstrap data Secret: %w", err)
@@ -71,7 +71,7 @@ func (r *Reconciler) reconcileExistingData(ctx context.Context, s *scope) (ctrl.
 	// names the data its node consumed: trust it rather than rendering new data.
 	if name := s.owner.dataSecretName(); name != "" {
 		s.dataSecretName = name
-		s.halt()
+		s.stop()
 		return ctrl.Result{}, nil
 	}
 	if ptr.Deref(s.config.Status.Initialization.DataSecretCreated, false) {
@@ -395,7 +395,7 @@ func (r *Reconciler) prepareK0sJoinToken(ctx context.Context, s *scope, role tok
 	case errors.Is(err, errConnecting):
 		ctrl.LoggerFrom(ctx).V(4).Info("Workload cluster not connected yet, waiting before rendering the data")
 		s.keepStatus = true
-		s.halt()
+		s.stop()
 		return r.retryOnceConnected(s), nil
 	case err != nil:
 		s.wait(bootstrapv1.WaitingForJoinTokenReason, "%s", describeTokenErr(err))

@@ -54,8 +54,9 @@ func (s *scope) wait(reason, format string, args ...any) {
 	s.waitReason, s.waitMessage, s.halted = reason, fmt.Sprintf(format, args...), true
 }
 
-// halt stops the remaining phases without recording a wait: the work is done.
-func (s *scope) halt() { s.halted = true }
+// stop stops the remaining phases without recording a wait: the work is done, or nothing is to
+// be said (the control plane's scope has the same verbs: wait says why the phases stop).
+func (s *scope) stop() { s.halted = true }
 
 // Halted tells the phase runner whether a phase stopped the ones after it.
 func (s *scope) Halted() bool { return s.halted }

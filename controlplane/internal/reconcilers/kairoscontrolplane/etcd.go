@@ -59,7 +59,7 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 	// A Machine that goes without our hook (its hook was already removed) is waited for first.
 	for _, m := range deleting {
 		if _, ok := m.Annotations[controlplanev1.EtcdMemberHookAnnotation]; !ok {
-			s.halt("waiting for Machine %s to be deleted", m.Name)
+			s.wait("waiting for Machine %s to be deleted", m.Name)
 			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 		}
 	}
@@ -68,12 +68,12 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 	ctx = ctrl.LoggerInto(ctx, log)
 	if others := otherPreTerminateHooks(m); len(others) > 0 {
 		// Ours runs last: other hooks may still need the node's etcd and API server.
-		s.halt("waiting for the other pre-terminate hooks of Machine %s (%s) before its etcd member leaves", m.Name, strings.Join(others, ", "))
+		s.wait("waiting for the other pre-terminate hooks of Machine %s (%s) before its etcd member leaves", m.Name, strings.Join(others, ", "))
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	c := conditions.Get(m, clusterv1.MachineDeletingCondition)
 	if c == nil || c.Status != metav1.ConditionTrue || c.Reason != clusterv1.MachineDeletingWaitingForPreTerminateHookReason {
-		s.halt("waiting for Machine %s to be drained before its etcd member leaves", m.Name)
+		s.wait("waiting for Machine %s to be drained before its etcd member leaves", m.Name)
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 
@@ -82,7 +82,7 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 		return r.releaseHook(ctx, s, m)
 	}
 	if !s.etcd.known() {
-		s.halt("cannot tell whether Machine %s hosts an etcd member: %v", m.Name, s.etcd.err)
+		s.wait("cannot tell whether Machine %s hosts an etcd member: %v", m.Name, s.etcd.err)
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	member := s.etcd.memberOf(m)
@@ -91,11 +91,11 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 		// handed to the distribution is taken back, or the distribution would carry it out.
 		if member != nil {
 			if err := r.withdrawLeave(ctx, s, member); err != nil {
-				s.halt("the etcd member of Machine %s must not leave (%s), and its leave request could not be withdrawn: %v", m.Name, why, err)
+				s.wait("the etcd member of Machine %s must not leave (%s), and its leave request could not be withdrawn: %v", m.Name, why, err)
 				return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 			}
 		}
-		s.halt("the etcd member of Machine %s does not leave: %s", m.Name, why)
+		s.wait("the etcd member of Machine %s does not leave: %s", m.Name, why)
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	if member == nil {
@@ -106,11 +106,11 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 	}
 	force := c.LastTransitionTime.Add(leaveGrace).Before(s.reconcileTime)
 	if err := r.removeMember(ctx, s, member, force); err != nil {
-		s.halt("cannot remove the etcd member of Machine %s: %v", m.Name, err)
+		s.wait("cannot remove the etcd member of Machine %s: %v", m.Name, err)
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	log.Info("Waiting for the etcd member to leave", "member", member.String())
-	s.halt("waiting for the etcd member %s of Machine %s to leave", member, m.Name)
+	s.wait("waiting for the etcd member %s of Machine %s to leave", member, m.Name)
 	return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 }
 
@@ -118,7 +118,7 @@ func (r *Reconciler) releaseHook(ctx context.Context, s *scope, m *clusterv1.Mac
 	if err := r.removeHook(ctx, m); err != nil {
 		return ctrl.Result{}, err
 	}
-	s.halt("waiting for Machine %s to be deleted", m.Name)
+	s.wait("waiting for Machine %s to be deleted", m.Name)
 	return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 }
 
@@ -337,7 +337,7 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, s *scope) (ctrl.R
 			s.etcdCleanupMessages = append(s.etcdCleanupMessages, err.Error())
 			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 		}
-		s.halt("removed etcd member %s, which belonged to no Machine", orphan)
+		s.wait("removed etcd member %s, which belonged to no Machine", orphan)
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	if s.kcp.Spec.Distribution == bootstrapv1.DistributionK0s {

@@ -15,15 +15,15 @@ import (
 func (r *Reconciler) reconcilePrerequisites(_ context.Context, s *scope) (ctrl.Result, error) {
 	switch {
 	case !ptr.Deref(s.cluster.Status.Initialization.InfrastructureProvisioned, false):
-		s.halt("waiting for Cluster %s infrastructure to be provisioned", s.cluster.Name)
+		s.wait("waiting for Cluster %s infrastructure to be provisioned", s.cluster.Name)
 	case !s.cluster.Spec.ControlPlaneEndpoint.IsValid():
-		s.halt("waiting for Cluster %s spec.controlPlaneEndpoint", s.cluster.Name)
+		s.wait("waiting for Cluster %s spec.controlPlaneEndpoint", s.cluster.Name)
 	case s.baseConfig != nil && s.baseConfig.VirtualIP != nil && !sameIP(s.baseConfig.VirtualIP.Address, s.cluster.Spec.ControlPlaneEndpoint.Host):
 		field := "spec.kairosConfigSpec.virtualIP.address"
 		if ref := s.kcp.Spec.KairosConfigTemplate; ref != nil {
 			field = "KairosConfigTemplate " + ref.Name + " spec.template.spec.virtualIP.address"
 		}
-		s.halt("the virtual IP %s (%s) is not Cluster %s spec.controlPlaneEndpoint.host %s: set the endpoint host (on the Cluster or its infrastructure cluster) to the virtual IP",
+		s.wait("the virtual IP %s (%s) is not Cluster %s spec.controlPlaneEndpoint.host %s: set the endpoint host (on the Cluster or its infrastructure cluster) to the virtual IP",
 			s.baseConfig.VirtualIP.Address, field, s.cluster.Name, s.cluster.Spec.ControlPlaneEndpoint.Host)
 	}
 	return ctrl.Result{}, nil

@@ -130,7 +130,7 @@ func (r *Reconciler) reconcileRemediation(ctx context.Context, s *scope) (ctrl.R
 	s.kcp.Status.LastRemediation = controlplanev1.LastRemediationStatus{Machine: m.Name, Time: data.Timestamp, RetryCount: data.RetryCount}
 	log.Info("Remediating unhealthy control-plane Machine", "retryCount", data.RetryCount)
 	s.remediation(controlplanev1.RemediatingReason, "deleting unhealthy Machine %s", m.Name)
-	s.halt("remediating Machine %s", m.Name)
+	s.wait("remediating Machine %s", m.Name)
 	return ctrl.Result{}, nil
 }
 

@@ -32,7 +32,7 @@ func (r *Reconciler) reconcileReplicas(ctx context.Context, s *scope) (ctrl.Resu
 	case active.Len() == 0:
 		return r.scaleUp(ctx, s)
 	case !s.initialized():
-		s.halt("waiting for Machine %s to initialize the control plane", machineNames(active))
+		s.wait("waiting for Machine %s to initialize the control plane", machineNames(active))
 		return ctrl.Result{}, nil
 	case outdated.Len() > 0:
 		var msgs []string
@@ -73,12 +73,12 @@ func maxSurge(s *scope) int {
 func (r *Reconciler) scaleUp(ctx context.Context, s *scope) (ctrl.Result, error) {
 	if s.baseConfig == nil {
 		// No watch covers the KairosConfigTemplate: look again later.
-		s.halt("%s", s.configTemplateErr)
+		s.wait("%s", s.configTemplateErr)
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	if !s.bootstrap.compatible() {
 		// No watch covers CRDs: an upgrade of the bootstrap provider is seen within this time.
-		s.halt("creating no Machine: %s", s.bootstrap.problem)
+		s.wait("creating no Machine: %s", s.bootstrap.problem)
 		return ctrl.Result{RequeueAfter: bootstrapRecheck}, nil
 	}
 	if s.machines.Len() > 0 {
@@ -100,14 +100,14 @@ func (r *Reconciler) scaleUp(ctx context.Context, s *scope) (ctrl.Result, error)
 	}
 	if err := r.createMachine(ctx, s, fd, extra); err != nil {
 		if errors.Is(err, errConfigRefused) {
-			s.halt("creating no Machine: %s", s.configRefused)
+			s.wait("creating no Machine: %s", s.configRefused)
 			return ctrl.Result{RequeueAfter: bootstrapRecheck}, nil
 		}
 		return ctrl.Result{}, err
 	}
 	// The replacement exists: the remediation that asked for it is complete.
 	delete(s.kcp.Annotations, controlplanev1.RemediationInProgressAnnotation)
-	s.halt("created a control-plane Machine")
+	s.wait("created a control-plane Machine")
 	return ctrl.Result{}, nil
 }
 
@@ -121,7 +121,7 @@ func (r *Reconciler) scaleDown(ctx context.Context, s *scope, outdated collectio
 	if !s.bootstrap.compatible() {
 		// Outside the version-skew policy running Machines are left alone, whether a rollout or
 		// a scale-down would remove them.
-		s.halt("deleting no Machine: %s", s.bootstrap.problem)
+		s.wait("deleting no Machine: %s", s.bootstrap.problem)
 		return ctrl.Result{RequeueAfter: bootstrapRecheck}, nil
 	}
 	victim := s.pickMachineToDelete(ctx, outdated)
@@ -136,7 +136,7 @@ func (r *Reconciler) scaleDown(ctx context.Context, s *scope, outdated collectio
 		// the replacement can be created.
 		if problem, err := r.replacementProblem(ctx, s); err != nil || problem != "" {
 			if problem != "" {
-				s.halt("not removing Machine %s for a rollout, its replacement could not be created: %s", victim.Name, problem)
+				s.wait("not removing Machine %s for a rollout, its replacement could not be created: %s", victim.Name, problem)
 			}
 			return ctrl.Result{RequeueAfter: bootstrapRecheck}, err
 		}
@@ -145,7 +145,7 @@ func (r *Reconciler) scaleDown(ctx context.Context, s *scope, outdated collectio
 		return ctrl.Result{}, err
 	}
 	ctrl.LoggerFrom(ctx).Info("Deleting control-plane Machine", "Machine", klog.KObj(victim))
-	s.halt("deleting Machine %s", victim.Name)
+	s.wait("deleting Machine %s", victim.Name)
 	return ctrl.Result{}, nil
 }
 
@@ -229,7 +229,7 @@ func (r *Reconciler) preflightFailed(ctx context.Context, s *scope, problems []s
 		return false
 	}
 	s.preflightMessages = problems
-	s.halt("preflight checks failed: %s", strings.Join(problems, "; "))
+	s.wait("preflight checks failed: %s", strings.Join(problems, "; "))
 	ctrl.LoggerFrom(ctx).Info("Waiting for the control plane to pass preflight checks", "failures", strings.Join(problems, "; "))
 	return true
 }

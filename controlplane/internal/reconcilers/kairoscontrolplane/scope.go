@@ -75,8 +75,9 @@ type scope struct {
 	deletingMessage     string
 }
 
-// halt records what the control plane waits for and stops the remaining phases.
-func (s *scope) halt(format string, args ...any) {
+// wait records what the control plane waits for and stops the remaining phases (the bootstrap
+// provider's scope has the same verb: wait says why the phases stop, stop says nothing).
+func (s *scope) wait(format string, args ...any) {
 	s.halted, s.waitMessage = true, fmt.Sprintf(format, args...)
 }
 

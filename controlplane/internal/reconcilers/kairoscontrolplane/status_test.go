@@ -124,7 +124,7 @@ func rollingOutBlockedByPreflight(f *fixture) {
 
 func haltedByPreflight(s *scope) {
 	s.preflightMessages = []string{"Machine m4 is not ready"}
-	s.halt("preflight checks failed: Machine m4 is not ready")
+	s.wait("preflight checks failed: Machine m4 is not ready")
 }
 
 func TestSetReplicas(t *testing.T) {
@@ -328,7 +328,7 @@ func TestSetScalingUpCondition(t *testing.T) {
 		{name: "every blocker, each once, what the phases wait for first",
 			setup: func(f *fixture) { f.machine("m1", time.Hour) },
 			observe: func(s *scope) {
-				s.halt("KairosConfigTemplate t does not exist")
+				s.wait("KairosConfigTemplate t does not exist")
 				s.configTemplateErr = "KairosConfigTemplate t does not exist"
 				s.infraTemplateErr = "TestMachineTemplate y does not exist"
 			},
@@ -362,7 +362,7 @@ func TestSetScalingDownCondition(t *testing.T) {
 				f.machine("m1", time.Hour)
 				f.machine("m2", time.Hour)
 			},
-			observe: func(s *scope) { s.halt("preflight checks failed: removing Machine m1 would lose etcd quorum") },
+			observe: func(s *scope) { s.wait("preflight checks failed: removing Machine m1 would lose etcd quorum") },
 			want: metav1.Condition{Status: metav1.ConditionTrue, Reason: controlplanev1.ScalingDownReason,
 				Message: "* scaling down from 2 to 1 replicas\n* preflight checks failed: removing Machine m1 would lose etcd quorum"}},
 		{name: "scaling down, nothing in the way",
