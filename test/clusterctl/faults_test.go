@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -58,6 +59,10 @@ func TestControlPlaneManagerKilledDuringScaleUp(t *testing.T) {
 		known[m.Spec.Bootstrap.ConfigRef.Name] = true
 	}
 
+	// Every Machine the scale-up creates, as the API server reports it: a surplus Machine that
+	// is created and removed again fails the test even though the end state looks right.
+	machinesSeen := watchMachines(ctx, t, wc, x.ns, x.kcp.Name)
+
 	x.updateControlPlane(t, func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = ptr.To[int32](5) })
 	cp := x.managers[controlPlaneProvider.Name]
 	var victim string
@@ -92,6 +97,16 @@ func TestControlPlaneManagerKilledDuringScaleUp(t *testing.T) {
 	start = time.Now()
 	machines := x.settled(t, 5)
 	t.Logf("5 control-plane Machines ready %s after the restart", time.Since(start).Round(time.Second))
+
+	created, peak := machinesSeen()
+	for _, name := range created {
+		if !slices.ContainsFunc(machines, func(m clusterv1.Machine) bool { return m.Name == name }) {
+			t.Errorf("Machine %s was created during the scale-up and is gone: a surplus Machine (created: %v)", name, created)
+		}
+	}
+	if peak > 5 {
+		t.Errorf("up to %d control-plane Machines at once during the scale-up to 5", peak)
+	}
 
 	// One etcd member per Machine, none without one.
 	nodes := map[string]bool{}
@@ -149,4 +164,67 @@ func orphansOf(ctx context.Context, c client.Client, ns, kcp string, machines []
 		return fmt.Errorf("objects without their Machine (Machines %v): %v", names, orphans)
 	}
 	return nil
+}
+
+// watchMachines records the control plane's Machines from a watch: every Machine ever added and
+// the most that existed at once. The returned function stops the watch and reports them; it
+// fails the test if the watch ended early (events could have been missed).
+func watchMachines(ctx context.Context, t *testing.T, wc client.WithWatch, ns, kcp string) func() (created []string, peak int) {
+	t.Helper()
+	w, err := wc.Watch(ctx, &clusterv1.MachineList{}, client.InNamespace(ns), client.MatchingLabels{controlplanev1.ControlPlaneNameLabel: kcp})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		mu         sync.Mutex
+		seen       []string
+		live       = map[string]bool{}
+		most       int
+		endedEarly bool
+		stopping   = make(chan struct{})
+		done       = make(chan struct{})
+	)
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case <-stopping:
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					mu.Lock()
+					endedEarly = true
+					mu.Unlock()
+					return
+				}
+				m, isMachine := ev.Object.(*clusterv1.Machine)
+				if !isMachine {
+					continue
+				}
+				mu.Lock()
+				switch ev.Type {
+				case watch.Added:
+					if !live[m.Name] && !slices.Contains(seen, m.Name) {
+						seen = append(seen, m.Name)
+					}
+					live[m.Name] = true
+				case watch.Deleted:
+					delete(live, m.Name)
+				}
+				most = max(most, len(live))
+				mu.Unlock()
+			}
+		}
+	}()
+	return func() ([]string, int) {
+		close(stopping)
+		w.Stop()
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		if endedEarly {
+			t.Error("the Machine watch ended before the scale-up did: Machines may have been missed")
+		}
+		return slices.Clone(seen), most
+	}
 }
