@@ -92,6 +92,8 @@ func Users(doc []byte) []UserDefinition {
 }
 
 type nodeCheck struct {
+	// fragment: a user's fragment, whose numbers must mean what they look like (literal).
+	fragment bool
 	problems []Problem
 	// seen avoids reporting one path twice (the path-by-path walk and yip's
 	// loader may find the same thing).
@@ -161,6 +163,7 @@ func parseRoot(doc []byte) (*yaml.Node, error) {
 }
 
 func (c *nodeCheck) run(doc []byte, fragment bool) {
+	c.fragment = fragment
 	root, err := parseRoot(doc)
 	switch {
 	case errors.Is(err, errNotAMapping):
@@ -321,6 +324,46 @@ func (c *nodeCheck) scalar(n *yaml.Node, t reflect.Type, path string) {
 			return
 		}
 		c.add(path, "must be %s, not a %s", wanted(t), kindName(n))
+		return
+	}
+	if c.fragment && isInteger(t) {
+		c.literal(n, v.Elem(), path)
+	}
+}
+
+func isInteger(t reflect.Type) bool {
+	switch t.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return true
+	}
+	return false
+}
+
+// literal refuses a whole number that yip decodes leniently into something other than what it
+// looks like. yip decodes with go-yaml v3, which reads a number the way Go's strconv does with
+// base 0 after dropping underscores: 0644 and 01000 are octal (420, 512), 0x1ff hexadecimal,
+// 1_000 is 1000, and a whole float such as 420.0 or 6.4e2 is accepted for an integer field.
+// Modes (permissions) are meant in octal: written in decimal (644), yip takes the decimal
+// number, another mode altogether.
+func (c *nodeCheck) literal(n *yaml.Node, v reflect.Value, path string) {
+	var got uint64
+	if v.CanUint() {
+		got = v.Uint()
+	} else {
+		got = uint64(v.Int())
+	}
+	text := strings.TrimLeft(n.Value, "+-")
+	mode := strings.HasSuffix(path, "permissions")
+	switch {
+	case n.ShortTag() == "!!float":
+		c.add(path, "write the whole number itself, not %q: yip reads it as %d", n.Value, got)
+	case strings.Contains(text, "_"):
+		c.add(path, "write the number without underscores, not %q: yip reads it as %d", n.Value, got)
+	case mode && len(text) > 1 && text[0] != '0':
+		c.add(path, "a mode is octal: write it with a leading zero (0644), not %q, which yip reads as the decimal number %d (mode %#o)", n.Value, got, got)
+	case !mode && len(text) > 1 && text[0] == '0' && text[1] >= '0' && text[1] <= '9':
+		c.add(path, "write %q without the leading zero: yip reads it as the octal number %d", n.Value, got)
 	}
 }
 

@@ -161,3 +161,41 @@ func TestUsers(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckFragmentNumbersMeanWhatTheySay: numbers that yip decodes leniently into something
+// other than what they look like are refused in a user's fragment, at their path, with the
+// value yip would use; numbers written plainly pass.
+func TestCheckFragmentNumbersMeanWhatTheySay(t *testing.T) {
+	file := func(kv string) []byte {
+		return []byte("stages:\n  boot:\n    - files:\n        - path: /etc/x\n          content: x\n          " + kv + "\n")
+	}
+	for _, tc := range []struct {
+		kv, want string // want: "" passes
+	}{
+		{"permissions: 0644", ""},
+		{"permissions: 0o600", ""},
+		{"permissions: 0", ""},
+		{"owner: 1000", ""},
+		{"owner: 0", ""},
+		{"permissions: 644", "a mode is octal: write it with a leading zero (0644), not \"644\", which yip reads as the decimal number 644 (mode 01204)"},
+		{"permissions: 420.0", "write the whole number itself, not \"420.0\": yip reads it as 420"},
+		{"owner: 01000", "write \"01000\" without the leading zero: yip reads it as the octal number 512"},
+		{"group: 1_000", "write the number without underscores, not \"1_000\": yip reads it as 1000"},
+		{"owner: 1e3", "write the whole number itself, not \"1e3\": yip reads it as 1000"},
+	} {
+		problems := CheckFragment(file(tc.kv))
+		key, _, _ := strings.Cut(tc.kv, ":")
+		wantPath := "stages.boot[0].files[0]." + key
+		switch {
+		case tc.want == "" && len(problems) > 0:
+			t.Errorf("%s: refused: %v", tc.kv, problems)
+		case tc.want != "" && (len(problems) != 1 || problems[0].Path != wantPath || problems[0].Message != tc.want):
+			t.Errorf("%s: problems %v, want one at %s saying %q", tc.kv, problems, wantPath, tc.want)
+		}
+	}
+	// Whole documents are the renderer's own: modes there are decimal with the octal spelling
+	// in a comment (Mode.MarshalYAML), and stay accepted.
+	if p := CheckNode(append([]byte(Header+"\n"), file("permissions: 420 # 0644")...)); len(p) != 0 {
+		t.Errorf("a rendered document's decimal mode is refused: %v", p)
+	}
+}
