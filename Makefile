@@ -104,9 +104,14 @@ bench-e2e: ## Kairos bootstrap manager vs CABPK vs the write floor against one A
 
 ##@ Running
 
+# SANDBOX_ARGS are the sandbox's flags (-cluster NAME, -workers N). The sandbox is built and
+# exec'd, not run with go run: go run exits 1 when it is interrupted, whatever the program it
+# ran returned, so Ctrl-C, the documented way to stop the sandbox, ended in a make error.
+SANDBOX_ARGS ?=
+
 .PHONY: sandbox
-sandbox: ## Run Cluster API, both providers and simulated Kairos machines locally, with a demo cluster.
-	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go run ./cmd/sandbox
+sandbox: ## Run Cluster API, both providers and simulated Kairos machines locally, with a demo cluster (Ctrl-C stops it).
+	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go build -o $(BIN)/sandbox ./cmd/sandbox && exec $(BIN)/sandbox $(SANDBOX_ARGS)
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)

@@ -62,6 +62,16 @@ type Process struct {
 // StartProcess starts bin with args and env (added to this process' environment, later
 // entries winning), logging its output to logPath.
 func StartProcess(name, logPath string, env []string, bin string, args ...string) (*Process, error) {
+	return startProcess(name, logPath, env, false, bin, args...)
+}
+
+// StartProcessGroup is StartProcess in a process group of its own, as a shell runs a
+// foreground job: SignalGroup then reaches every process of the job, as Ctrl-C does.
+func StartProcessGroup(name, logPath string, env []string, bin string, args ...string) (*Process, error) {
+	return startProcess(name, logPath, env, true, bin, args...)
+}
+
+func startProcess(name, logPath string, env []string, group bool, bin string, args ...string) (*Process, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -72,7 +82,7 @@ func StartProcess(name, logPath string, env []string, bin string, args ...string
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	// Where supported, the process dies with the test binary even when cleanups do not run
 	// (a test timeout panics).
-	p.cmd.SysProcAttr = childProcAttr()
+	p.cmd.SysProcAttr = childProcAttr(group)
 	if err := StartOnLockedThread(p.cmd, func(err error) {
 		p.err = err
 		close(p.done)
