@@ -8,6 +8,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
@@ -16,6 +18,7 @@ import (
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	"github.com/kairos-capi/kairos-capi/test/harness"
 	infrav1 "github.com/kairos-capi/kairos-capi/test/infrastructure/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/test/simnode"
 )
 
 // TestAPIServerPortBehindLoadBalancer: the Cluster's endpoint is a load balancer that forwards
@@ -145,4 +148,80 @@ func TestVirtualIPSurvivesLosingItsHolder(t *testing.T) {
 			t.Logf("%s: the virtual IP moved to %s, %d Nodes reachable, after %s", dist, sim.VIPHolder().Name(), len(nodes.Items), time.Since(start).Round(time.Second))
 		})
 	}
+}
+
+// TestVanishedVMIsReplaced is a control-plane VM deleted on the hypervisor (its
+// KairosSimMachine deleted, as when the VM is gone), on a cluster behind a virtual IP with a
+// MachineHealthCheck: the node stops, so its kubelet stops renewing its Lease, the workload
+// cluster's node lifecycle controller marks the Node Unknown, the MachineHealthCheck marks the
+// Machine unhealthy, and the control plane replaces it and removes the dead etcd member, while
+// the endpoint keeps answering. The control plane itself does not remediate a Machine whose
+// infrastructure object is gone: like Cluster API's kubeadm control plane it leaves the verdict
+// to the MachineHealthCheck, which sees the Node go Unknown within the node monitor grace period.
+// k0s only: the heartbeats and the node lifecycle controller do not depend on the distribution,
+// and TestEtcdPartitionAndPowerOff replaces a dead member for both.
+func TestVanishedVMIsReplaced(t *testing.T) {
+	t.Parallel()
+	c := newControlPlaneCluster(t, bootstrapv1.DistributionK0s, cpOptions{replicas: 3, cluster: harness.ClusterOptions{VirtualIP: true},
+		mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+			s.KairosConfigSpec.VirtualIP = &bootstrapv1.VirtualIP{Address: "127.0.0.1"}
+		}})
+	machines := c.waitSettled(3, version, waitScale)
+	c.createHealthCheck(corev1.ConditionUnknown)
+	sim := c.SimCluster(c.ctx)
+	var gone clusterv1.Machine
+	for _, m := range machines {
+		if c.nodeOf(m) == sim.VIPHolder() {
+			gone = m
+		}
+	}
+	if gone.Name == "" {
+		t.Fatal("no control-plane node holds the virtual IP")
+	}
+	goneNode := c.nodeOf(gone).Name()
+	start := time.Now()
+	vm := &infrav1.KairosSimMachine{}
+	vm.Namespace, vm.Name = gone.Namespace, gone.Spec.InfrastructureRef.Name
+	if err := c.h.Client.Delete(c.ctx, vm); err != nil {
+		t.Fatal(err)
+	}
+	wl, err := c.WorkloadClient(c.ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, simnode.NodeMonitorGracePeriod+2*time.Minute, func() error {
+		n := &corev1.Node{}
+		if err := wl.Get(c.ctx, client.ObjectKey{Name: goneNode}, n); err != nil {
+			if apierrors.IsNotFound(err) {
+				return nil // remediated already: Cluster API deletes the Node with its Machine
+			}
+			return err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionUnknown {
+				return nil
+			}
+		}
+		return fmt.Errorf("Node %s is still Ready %s after its VM was deleted", goneNode, time.Since(start).Round(time.Second))
+	})
+	t.Logf("Node %s Unknown %s after its VM was deleted", goneNode, time.Since(start).Round(time.Second))
+	replaced := c.waitSettled(3, version, 2*waitScale)
+	for _, m := range replaced {
+		if m.Name == gone.Name {
+			t.Fatalf("Machine %s, whose VM is gone, is still there", m.Name)
+		}
+	}
+	members := sim.EtcdMembers()
+	if len(members) != 3 {
+		t.Fatalf("etcd members after the replacement %+v, want 3", members)
+	}
+	for _, m := range members {
+		if m.NodeName == goneNode {
+			t.Errorf("the vanished node's member %s is still in etcd", m.Name)
+		}
+	}
+	if err := wl.List(c.ctx, &corev1.NodeList{}); err != nil {
+		t.Fatalf("the cluster is not reachable through its endpoint after the replacement: %v", err)
+	}
+	t.Logf("Machine %s replaced %s after its VM was deleted", gone.Name, time.Since(start).Round(time.Second))
 }

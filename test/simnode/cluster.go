@@ -28,6 +28,7 @@ import (
 
 	"github.com/kairos-capi/kairos-capi/common/pki"
 	"github.com/kairos-capi/kairos-capi/common/render"
+	"github.com/kairos-capi/kairos-capi/test/framework"
 )
 
 // Cluster is a simulated workload cluster: a real etcd and kube-apiserver listening on the
@@ -52,6 +53,9 @@ type Cluster struct {
 	single bool
 
 	apiserver *process
+	// controllerManager runs kube-controller-manager's node lifecycle controller, as every real
+	// control plane does: it marks a Node whose kubelet stopped renewing its Lease Unknown.
+	controllerManager *process
 	// apiAddr is host:port of the kube-apiserver: the endpoint, except behind a virtual IP.
 	apiAddr string
 	// vip, when the endpoint is a virtual IP, serves the endpoint while a control-plane node
@@ -269,8 +273,6 @@ func (c *Cluster) start(ctx context.Context, host string, port int, init *etcdSe
 		"--authorization-mode=Node,RBAC",
 		"--service-cluster-ip-range=10.96.0.0/12",
 		"--allow-privileged=true",
-		// The node lifecycle controller that would lift the not-ready taint does not run.
-		"--disable-admission-plugins=TaintNodesByCondition",
 		"--profiling=false",
 	})
 	if err != nil {
@@ -295,6 +297,9 @@ func (c *Cluster) start(ctx context.Context, host string, port int, init *etcdSe
 		return err
 	}
 	if err := c.waitReady(ctx, 90*time.Second); err != nil {
+		return err
+	}
+	if err := c.startControllerManager(); err != nil {
 		return err
 	}
 	return c.bootstrap(ctx)
@@ -323,6 +328,46 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 		}
 	}
 	return fmt.Errorf("kube-apiserver not ready after %s: %v\n%s", timeout, last, c.apiserver.logTail(20))
+}
+
+// Node heartbeats. A kubelet renews its Lease in kube-node-lease every quarter of the lease
+// duration (kubelet nodeLeaseDurationSeconds, default 40 s) and posts its Node status when it
+// changes; kube-controller-manager's node lifecycle controller marks a Node whose Lease was not
+// renewed within its grace period Unknown (--node-monitor-grace-period, 50 s in v1.36) and
+// taints it unreachable. The simulation runs both for real, with the periods shortened through
+// the same settings, in the same proportions (nothing a scenario needs waits 50 s for it).
+// NodeMonitorGracePeriod is exported for tests that wait for a Node to go Unknown.
+const (
+	nodeLeaseDuration       = 20 * time.Second
+	nodeLeaseRenewInterval  = nodeLeaseDuration / 4
+	NodeMonitorGracePeriod  = 25 * time.Second
+	nodeMonitorPeriod       = 2 * time.Second
+	nodeLeaseNamespace      = "kube-node-lease"
+	nodeLifecycleController = "node-lifecycle-controller"
+)
+
+// startControllerManager runs kube-controller-manager's node lifecycle controller against the
+// cluster's API server, with the cluster-admin identity (the simulated distribution's own).
+func (c *Cluster) startControllerManager() error {
+	kubeconfig, err := framework.Kubeconfig(c.config)
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(c.dir, "kube-controller-manager.kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
+		return err
+	}
+	c.controllerManager, err = startProcess(c.dir, "kube-controller-manager", filepath.Join(c.reg.assets, "kube-controller-manager"), []string{
+		"--kubeconfig=" + path,
+		"--controllers=" + nodeLifecycleController,
+		"--leader-elect=false",
+		"--secure-port=0",
+		"--node-monitor-grace-period=" + NodeMonitorGracePeriod.String(),
+		"--node-monitor-period=" + nodeMonitorPeriod.String(),
+		"--profiling=false",
+		"-v=1",
+	})
+	return err
 }
 
 // bootstrap creates what the distribution's first controller creates before anyone joins.
@@ -402,6 +447,9 @@ func (c *Cluster) reachable() bool {
 // stopProcesses kills the API server and every etcd member still running: the simulated
 // machines are switched off, and nothing of their state is kept.
 func (c *Cluster) stopProcesses() {
+	if c.controllerManager != nil {
+		c.controllerManager.stop(0)
+	}
 	c.apiserver.stop(0)
 	if c.etcdCli != nil {
 		_ = c.etcdCli.Close()

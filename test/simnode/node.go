@@ -14,6 +14,7 @@ import (
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -141,6 +142,16 @@ type Node struct {
 	etcd   *etcdServer
 	cancel context.CancelFunc
 	done   chan struct{}
+	// kubelet is the node's running kubelet (lease and status heartbeats), nil while none runs;
+	// notReady is the Ready condition it reports when not Ready (SetReady), nil for Ready.
+	kubelet  *kubeletRun
+	notReady *corev1.NodeCondition
+}
+
+// kubeletRun is a running kubelet heartbeat loop.
+type kubeletRun struct {
+	cancel context.CancelFunc
+	done   chan struct{}
 }
 
 func newNode(r *Registry, spec NodeSpec, root, ip string) *Node {
@@ -263,6 +274,7 @@ func (n *Node) stop() {
 		n.cancel()
 		<-n.done
 	}
+	n.stopKubelet()
 	// The machine is gone: so is its etcd process. Its membership stays until someone removes
 	// it, as with a real machine that is switched off.
 	if e := n.etcdServer(); e != nil {
@@ -861,7 +873,100 @@ func (n *Node) register(ctx context.Context, c *Cluster, kubelet *rest.Config, n
 	n.mu.Lock()
 	n.cluster = c
 	n.mu.Unlock()
+	n.startKubelet(kube, name)
 	return nil
+}
+
+// startKubelet runs the node's kubelet heartbeats, with the kubelet's own credentials (the API
+// server's Node authorizer lets a kubelet write only its own Lease and Node status): it renews
+// the Node's Lease every nodeLeaseRenewInterval and posts its Ready condition whenever the Node
+// says otherwise than the kubelet sees (a Node the node lifecycle controller marked Unknown
+// while the kubelet was away turns Ready again once it is back).
+func (n *Node) startKubelet(kube kubernetes.Interface, name string) {
+	n.stopKubelet()
+	ctx, cancel := context.WithCancel(context.Background())
+	run := &kubeletRun{cancel: cancel, done: make(chan struct{})}
+	n.mu.Lock()
+	n.kubelet = run
+	n.mu.Unlock()
+	go func() {
+		defer close(run.done)
+		for {
+			n.heartbeat(ctx, kube, name)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(nodeLeaseRenewInterval):
+			}
+		}
+	}()
+}
+
+// stopKubelet stops the node's kubelet: from then on nothing renews its Lease or posts its
+// status, as when the machine is switched off or deleted.
+func (n *Node) stopKubelet() {
+	n.mu.Lock()
+	run := n.kubelet
+	n.kubelet = nil
+	n.mu.Unlock()
+	if run != nil {
+		run.cancel()
+		<-run.done
+	}
+}
+
+// heartbeat is one round of the kubelet's: renew the Lease, post the Ready condition if the Node
+// disagrees. Failures are retried at the next round, as the kubelet does.
+func (n *Node) heartbeat(ctx context.Context, kube kubernetes.Interface, name string) {
+	// A round that cannot finish in time is cut off: the next one tries again.
+	ctx, cancel := context.WithTimeout(ctx, nodeLeaseRenewInterval)
+	defer cancel()
+	now := metav1.NewMicroTime(time.Now())
+	duration := int32(nodeLeaseDuration / time.Second)
+	leases := kube.CoordinationV1().Leases(nodeLeaseNamespace)
+	lease, err := leases.Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		lease = &coordinationv1.Lease{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: nodeLeaseNamespace},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: &name, LeaseDurationSeconds: &duration, RenewTime: &now},
+		}
+		if node, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); err == nil {
+			lease.OwnerReferences = []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: name, UID: node.UID}}
+		}
+		_, _ = leases.Create(ctx, lease, metav1.CreateOptions{})
+	case err == nil:
+		lease.Spec.HolderIdentity, lease.Spec.LeaseDurationSeconds, lease.Spec.RenewTime = &name, &duration, &now
+		_, _ = leases.Update(ctx, lease, metav1.UpdateOptions{})
+	}
+
+	node, err := kube.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return
+	}
+	want := n.readyCondition()
+	for i, c := range node.Status.Conditions {
+		if c.Type != corev1.NodeReady {
+			continue
+		}
+		if c.Status == want.Status && c.Reason == want.Reason {
+			return
+		}
+		want.LastHeartbeatTime, want.LastTransitionTime = metav1.Now(), metav1.Now()
+		node.Status.Conditions[i] = want
+		_, _ = kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{})
+		return
+	}
+}
+
+// readyCondition is the Ready condition the kubelet reports.
+func (n *Node) readyCondition() corev1.NodeCondition {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.notReady != nil {
+		return *n.notReady
+	}
+	return corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady", Message: "kubelet is posting ready status"}
 }
 
 func nodeResources() corev1.ResourceList {
@@ -874,14 +979,18 @@ func nodeResources() corev1.ResourceList {
 // SetReady sets the Ready condition of the node's Node, as a kubelet that stops (or resumes)
 // posting ready status would; use it to make a Machine unhealthy for a MachineHealthCheck.
 func (n *Node) SetReady(ctx context.Context, ready bool, message string) error {
-	status, reason := corev1.ConditionTrue, "KubeletReady"
+	var notReady *corev1.NodeCondition
 	if !ready {
-		status, reason = corev1.ConditionFalse, "KubeletNotReady"
 		if message == "" {
 			message = "container runtime is down (simulated failure)"
 		}
+		notReady = &corev1.NodeCondition{Type: corev1.NodeReady, Status: corev1.ConditionFalse, Reason: "KubeletNotReady", Message: message}
 	}
-	return n.SetNodeCondition(ctx, corev1.NodeCondition{Type: corev1.NodeReady, Status: status, Reason: reason, Message: message})
+	// The kubelet keeps reporting what it sees from now on; the first report is sent now.
+	n.mu.Lock()
+	n.notReady = notReady
+	n.mu.Unlock()
+	return n.SetNodeCondition(ctx, n.readyCondition())
 }
 
 // SetNodeCondition sets one condition of the node's Node status.
@@ -1012,11 +1121,9 @@ func (n *Node) PartitionEtcd(cut bool) error {
 
 // PowerOff switches the machine off without warning: its etcd member stops and nothing listens
 // on its addresses any more; its membership stays, as with a real machine that lost power. Its
-// kubelet stops posting status, so the Node's Ready condition turns Unknown, which is what
-// kube-controller-manager's node lifecycle controller writes once the node monitor grace
-// period passed (pkg/controller/nodelifecycle, reason NodeStatusUnknown); the simulated
-// workload clusters run no controller manager, so the simulation writes it.
-func (n *Node) PowerOff(ctx context.Context) error {
+// kubelet stops renewing its Lease, so the cluster's node lifecycle controller marks the Node
+// Unknown once its grace period passed (reason NodeStatusUnknown), as in reality.
+func (n *Node) PowerOff(context.Context) error {
 	if e := n.etcdServer(); e != nil {
 		e.mu.Lock()
 		e.killed = true
@@ -1024,10 +1131,8 @@ func (n *Node) PowerOff(ctx context.Context) error {
 		e.shutdown()
 	}
 	n.dropVIP()
-	return n.SetNodeCondition(ctx, corev1.NodeCondition{
-		Type: corev1.NodeReady, Status: corev1.ConditionUnknown,
-		Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status.",
-	})
+	n.stopKubelet()
+	return nil
 }
 
 // dropVIP gives up the node's part in holding its cluster's virtual IP: it no longer runs.

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -304,12 +305,44 @@ func TestNodes(t *testing.T) {
 				return nil
 			})
 
+			// Kubelets renew their Node Lease, as real ones do.
+			lease := &coordinationv1.Lease{}
+			if err := admin.Get(w.ctx, client.ObjectKey{Namespace: "kube-node-lease", Name: "worker-0"}, lease); err != nil {
+				t.Fatalf("the worker's kubelet keeps no Node Lease: %v", err)
+			}
 			if err := worker.SetReady(w.ctx, false, ""); err != nil {
 				t.Fatal(err)
 			}
 			for _, cond := range node(t, admin, "worker-0").Status.Conditions {
 				if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionFalse {
 					t.Fatalf("Ready is %s after the injected failure", cond.Status)
+				}
+			}
+			// A machine that loses power stops its kubelet: the cluster's own node lifecycle
+			// controller (kube-controller-manager) marks its Node Unknown and unreachable once
+			// the grace period passed, while the running control-plane node stays Ready.
+			off := time.Now()
+			if err := worker.PowerOff(w.ctx); err != nil {
+				t.Fatal(err)
+			}
+			framework.Eventually(t, simnode.NodeMonitorGracePeriod+time.Minute, func() error {
+				n := node(t, admin, "worker-0")
+				for _, cond := range n.Status.Conditions {
+					if cond.Type == corev1.NodeReady && (cond.Status != corev1.ConditionUnknown || cond.Reason != "NodeStatusUnknown") {
+						return fmt.Errorf("Ready is %s (%s) %s after the power-off", cond.Status, cond.Reason, time.Since(off).Round(time.Second))
+					}
+				}
+				if !hasTaint(n, corev1.TaintNodeUnreachable) {
+					return fmt.Errorf("no %s taint yet", corev1.TaintNodeUnreachable)
+				}
+				return nil
+			})
+			if since := time.Since(off); since < simnode.NodeMonitorGracePeriod {
+				t.Errorf("the Node went Unknown %s after the power-off, before the grace period of %s", since, simnode.NodeMonitorGracePeriod)
+			}
+			for _, cond := range node(t, admin, "cp-0").Status.Conditions {
+				if cond.Type == corev1.NodeReady && cond.Status != corev1.ConditionTrue {
+					t.Errorf("the running control-plane node's Ready is %s (%s): its kubelet's heartbeats did not count", cond.Status, cond.Message)
 				}
 			}
 
