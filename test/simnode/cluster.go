@@ -336,10 +336,12 @@ func (c *Cluster) waitReady(ctx context.Context, timeout time.Duration) error {
 // renewed within its grace period Unknown (--node-monitor-grace-period, 50 s in v1.36) and
 // taints it unreachable. The simulation runs both for real, with the periods shortened through
 // the same settings, in the same proportions (nothing a scenario needs waits 50 s for it).
-// NodeMonitorGracePeriod is exported for tests that wait for a Node to go Unknown.
+// NodeMonitorGracePeriod and NodeLeaseRenewInterval are exported for tests that wait for a Node
+// to go Unknown: between grace period minus one renew interval (the last renewal came before the
+// kubelet stopped) and grace period plus the monitor period after it stopped.
 const (
 	nodeLeaseDuration       = 20 * time.Second
-	nodeLeaseRenewInterval  = nodeLeaseDuration / 4
+	NodeLeaseRenewInterval  = nodeLeaseDuration / 4
 	NodeMonitorGracePeriod  = 25 * time.Second
 	nodeMonitorPeriod       = 2 * time.Second
 	nodeLeaseNamespace      = "kube-node-lease"

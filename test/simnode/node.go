@@ -879,7 +879,7 @@ func (n *Node) register(ctx context.Context, c *Cluster, kubelet *rest.Config, n
 
 // startKubelet runs the node's kubelet heartbeats, with the kubelet's own credentials (the API
 // server's Node authorizer lets a kubelet write only its own Lease and Node status): it renews
-// the Node's Lease every nodeLeaseRenewInterval and posts its Ready condition whenever the Node
+// the Node's Lease every NodeLeaseRenewInterval and posts its Ready condition whenever the Node
 // says otherwise than the kubelet sees (a Node the node lifecycle controller marked Unknown
 // while the kubelet was away turns Ready again once it is back).
 func (n *Node) startKubelet(kube kubernetes.Interface, name string) {
@@ -896,7 +896,7 @@ func (n *Node) startKubelet(kube kubernetes.Interface, name string) {
 			select {
 			case <-ctx.Done():
 				return
-			case <-time.After(nodeLeaseRenewInterval):
+			case <-time.After(NodeLeaseRenewInterval):
 			}
 		}
 	}()
@@ -919,7 +919,7 @@ func (n *Node) stopKubelet() {
 // disagrees. Failures are retried at the next round, as the kubelet does.
 func (n *Node) heartbeat(ctx context.Context, kube kubernetes.Interface, name string) {
 	// A round that cannot finish in time is cut off: the next one tries again.
-	ctx, cancel := context.WithTimeout(ctx, nodeLeaseRenewInterval)
+	ctx, cancel := context.WithTimeout(ctx, NodeLeaseRenewInterval)
 	defer cancel()
 	now := metav1.NewMicroTime(time.Now())
 	duration := int32(nodeLeaseDuration / time.Second)

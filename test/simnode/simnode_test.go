@@ -337,7 +337,8 @@ func TestNodes(t *testing.T) {
 				}
 				return nil
 			})
-			if since := time.Since(off); since < simnode.NodeMonitorGracePeriod {
+			// The last renewal came at most one renew interval before the power-off.
+			if since := time.Since(off); since < simnode.NodeMonitorGracePeriod-simnode.NodeLeaseRenewInterval {
 				t.Errorf("the Node went Unknown %s after the power-off, before the grace period of %s", since, simnode.NodeMonitorGracePeriod)
 			}
 			for _, cond := range node(t, admin, "cp-0").Status.Conditions {
