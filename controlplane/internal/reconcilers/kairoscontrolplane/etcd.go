@@ -180,63 +180,26 @@ func (r *Reconciler) quorumNowWithout(ctx context.Context, s *scope, member *etc
 	return true, "" // gone already
 }
 
-// withdrawLeave takes back a leave request handed to the distribution (k0s EtcdMember spec.leave,
-// k3s remove annotation) for a member that must stay: k0s and k3s act on it whenever they get
-// to it, whatever happened to the other members in between.
+// askDistributionToRemove asks k0s or k3s to remove a member and reports whether it could.
+func (r *Reconciler) askDistributionToRemove(ctx context.Context, s *scope, member *etcdMember) (bool, error) {
+	return r.setLeaveRequest(ctx, s, member, true)
+}
+
+// withdrawLeave takes back a leave request handed to the distribution for a member that must
+// stay: k0s and k3s act on it whenever they get to it, whatever happened to the other members
+// in between.
 func (r *Reconciler) withdrawLeave(ctx context.Context, s *scope, member *etcdMember) error {
 	if member.Name == "" {
 		return nil
 	}
-	remote, err := r.ClusterCache.GetClient(ctx, s.clusterKey())
-	if err != nil {
-		return fmt.Errorf("reaching the workload cluster: %w", err)
-	}
-	if s.kcp.Spec.Distribution == bootstrapv1.DistributionK3s {
-		nodes := &corev1.NodeList{}
-		if err := remote.List(ctx, nodes); err != nil {
-			return fmt.Errorf("listing workload Nodes: %w", err)
-		}
-		for i := range nodes.Items {
-			n := &nodes.Items[i]
-			if n.Annotations[k3sEtcdNodeNameAnnotation] != member.Name {
-				continue
-			}
-			if _, asked := n.Annotations[k3sEtcdRemoveAnnotation]; !asked {
-				return nil
-			}
-			p := client.MergeFrom(n.DeepCopy())
-			delete(n.Annotations, k3sEtcdRemoveAnnotation)
-			if err := remote.Patch(ctx, n, p); err != nil {
-				return fmt.Errorf("removing the %s annotation of Node %s: %w", k3sEtcdRemoveAnnotation, n.Name, err)
-			}
-			ctrl.LoggerFrom(ctx).Info("Withdrew the request to remove an etcd member: etcd would lose quorum", "member", member.String(), "Node", n.Name)
-		}
-		return nil
-	}
-	em := &unstructured.Unstructured{}
-	em.SetGroupVersionKind(k0sEtcdMemberGVK)
-	if err := remote.Get(ctx, client.ObjectKey{Name: member.Name}, em); err != nil {
-		if apierrors.IsNotFound(err) || meta.IsNoMatchError(err) {
-			return nil
-		}
-		return fmt.Errorf("reading EtcdMember %s: %w", member.Name, err)
-	}
-	if leave, _, _ := unstructured.NestedBool(em.Object, "spec", "leave"); !leave {
-		return nil
-	}
-	p := client.MergeFrom(em.DeepCopy())
-	if err := unstructured.SetNestedField(em.Object, false, "spec", "leave"); err != nil {
-		return err
-	}
-	if err := remote.Patch(ctx, em, p); err != nil {
-		return fmt.Errorf("setting spec.leave of EtcdMember %s back to false: %w", member.Name, err)
-	}
-	ctrl.LoggerFrom(ctx).Info("Withdrew the request to remove an etcd member: etcd would lose quorum", "member", member.String())
-	return nil
+	_, err := r.setLeaveRequest(ctx, s, member, false)
+	return err
 }
 
-// askDistributionToRemove asks k0s or k3s to remove a member and reports whether it could.
-func (r *Reconciler) askDistributionToRemove(ctx context.Context, s *scope, member *etcdMember) (bool, error) {
+// setLeaveRequest sets (leave) or withdraws the distribution's request to remove a member: k0s
+// EtcdMember spec.leave, the k3s Node annotation etcd.k3s.cattle.io/remove. It reports whether
+// the distribution has an object for the member, and writes only when the request changes.
+func (r *Reconciler) setLeaveRequest(ctx context.Context, s *scope, member *etcdMember, leave bool) (bool, error) {
 	remote, err := r.ClusterCache.GetClient(ctx, s.clusterKey())
 	if err != nil {
 		return false, fmt.Errorf("reaching the workload cluster: %w", err)
@@ -251,12 +214,20 @@ func (r *Reconciler) askDistributionToRemove(ctx context.Context, s *scope, memb
 			if n.Annotations[k3sEtcdNodeNameAnnotation] != member.Name {
 				continue
 			}
-			if n.Annotations[k3sEtcdRemoveAnnotation] == "true" {
+			if (n.Annotations[k3sEtcdRemoveAnnotation] == "true") == leave {
 				return true, nil
 			}
 			p := client.MergeFrom(n.DeepCopy())
-			n.Annotations[k3sEtcdRemoveAnnotation] = "true"
-			return true, remote.Patch(ctx, n, p)
+			if leave {
+				n.Annotations[k3sEtcdRemoveAnnotation] = "true"
+			} else {
+				delete(n.Annotations, k3sEtcdRemoveAnnotation)
+			}
+			if err := remote.Patch(ctx, n, p); err != nil {
+				return true, fmt.Errorf("setting the %s annotation of Node %s to %v: %w", k3sEtcdRemoveAnnotation, n.Name, leave, err)
+			}
+			logLeaveRequest(ctx, member, leave)
+			return true, nil
 		}
 		return false, nil
 	}
@@ -268,14 +239,26 @@ func (r *Reconciler) askDistributionToRemove(ctx context.Context, s *scope, memb
 		}
 		return false, fmt.Errorf("reading EtcdMember %s: %w", member.Name, err)
 	}
-	if leave, _, _ := unstructured.NestedBool(em.Object, "spec", "leave"); leave {
+	if current, _, _ := unstructured.NestedBool(em.Object, "spec", "leave"); current == leave {
 		return true, nil
 	}
 	p := client.MergeFrom(em.DeepCopy())
-	if err := unstructured.SetNestedField(em.Object, true, "spec", "leave"); err != nil {
-		return false, err
+	if err := unstructured.SetNestedField(em.Object, leave, "spec", "leave"); err != nil {
+		return true, err
 	}
-	return true, remote.Patch(ctx, em, p)
+	if err := remote.Patch(ctx, em, p); err != nil {
+		return true, fmt.Errorf("setting spec.leave of EtcdMember %s to %v: %w", member.Name, leave, err)
+	}
+	logLeaveRequest(ctx, member, leave)
+	return true, nil
+}
+
+func logLeaveRequest(ctx context.Context, member *etcdMember, leave bool) {
+	if leave {
+		ctrl.LoggerFrom(ctx).Info("Asked the distribution to remove the etcd member", "member", member.String())
+		return
+	}
+	ctrl.LoggerFrom(ctx).Info("Withdrew the request to remove an etcd member: etcd would lose quorum", "member", member.String())
 }
 
 // removeMemberFromEtcd removes a member through a healthy member other than itself.
