@@ -262,7 +262,7 @@ func fieldCases(f *fixture) map[string]fieldCase {
 		"VirtualIP.PrefixLength": {base: "cp-k0s", setup: withVIP, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.VirtualIP.PrefixLength = 24 },
 			want: []string{"192.0.2.10/24"}},
 		"VirtualIP.Interface": {base: "cp-k3s", setup: withVIP, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.VirtualIP.Interface = "ens192" },
-			want: []string{"value: \"ens192\""}},
+			want: []string{"value: ens192"}},
 		"VirtualIP.VirtualRouterID": {base: "cp-k0s", setup: withVIP, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.VirtualIP.VirtualRouterID = 9 },
 			want: []string{"virtualRouterID: 9"}},
 		"VirtualIP.KubeVIPImage": {base: "cp-k3s", setup: withVIP, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.VirtualIP.KubeVIPImage = "registry.example.com/kube-vip:v9" },
