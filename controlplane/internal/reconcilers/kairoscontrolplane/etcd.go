@@ -86,7 +86,8 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	member := s.etcd.memberOf(m)
-	if ok, why := s.quorumWithout(m); !ok {
+	// A Machine that hosts no member and may not host an unmatched one takes nothing from etcd.
+	if ok, why := s.quorumWithout(m); (member != nil || len(s.etcd.orphans()) > 0) && !ok {
 		// Whoever deleted the Machine, its member leaving now would stop etcd; a leave already
 		// handed to the distribution is taken back, or the distribution would carry it out.
 		if member != nil {
