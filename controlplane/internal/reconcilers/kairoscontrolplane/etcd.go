@@ -87,17 +87,19 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 	}
 	member := s.etcd.memberOf(m)
 	// A Machine that hosts no member and may not host an unmatched one takes nothing from etcd.
-	if ok, why := s.quorumWithout(m); (member != nil || len(s.etcd.orphans()) > 0) && !ok {
-		// Whoever deleted the Machine, its member leaving now would stop etcd; a leave already
-		// handed to the distribution is taken back, or the distribution would carry it out.
-		if member != nil {
-			if err := r.withdrawLeave(ctx, s, member); err != nil {
-				s.wait("the etcd member of Machine %s must not leave (%s), and its leave request could not be withdrawn: %v", m.Name, why, err)
-				return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+	if member != nil || len(s.etcd.orphans()) > 0 {
+		if ok, why := s.quorumWithout(m); !ok {
+			// Whoever deleted the Machine, its member leaving now would stop etcd; a leave already
+			// handed to the distribution is taken back, or the distribution would carry it out.
+			if member != nil {
+				if err := r.withdrawLeave(ctx, s, member); err != nil {
+					s.wait("the etcd member of Machine %s must not leave (%s), and its leave request could not be withdrawn: %v", m.Name, why, err)
+					return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+				}
 			}
+			s.wait("the etcd member of Machine %s does not leave: %s", m.Name, why)
+			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 		}
-		s.wait("the etcd member of Machine %s does not leave: %s", m.Name, why)
-		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	if member == nil {
 		// etcd's member list, read with quorum, has no member for it, and every member is
