@@ -268,6 +268,25 @@ func TestReconcilePreTerminateHooks(t *testing.T) {
 				f.members["m1"] = memberLeaving
 			},
 			wantHook: true, wantLeave: true, wantRemoved: true, wantWait: "to leave"},
+		{name: "k0s did not act within the grace period, and a member died since the quorum check: not removed, leave withdrawn",
+			// The reconciliation's etcd observation (the first member list) sees three healthy
+			// members; m3 dies before the direct remove, which reads etcd again (the second).
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Hour, waiting))
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.members["m1"] = memberLeaving
+				f.etcd.onMemberList = func(e *fakeEtcd, call int) {
+					if call == 2 {
+						for _, m := range e.members {
+							if m.name == "m3" {
+								m.state = memberDown
+							}
+						}
+					}
+				}
+			},
+			wantHook: true, wantWait: "cannot remove the etcd member of Machine m1: not removed: 1 of 2 voting members would be healthy, 2 needed (unhealthy: m3)"},
 		{name: "no EtcdMember object (NotFound is no proof it left): removed from etcd directly",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour, deleting(time.Minute, waiting))

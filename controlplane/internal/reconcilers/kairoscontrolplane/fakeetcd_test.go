@@ -47,6 +47,10 @@ type fakeEtcd struct {
 	removed []uint64
 	// dials counts Dial calls by host.
 	dials map[string]int
+	// memberLists counts MemberList calls; onMemberList, when set, runs at the start of each
+	// (with mu held), so that a test can change the cluster between two observations.
+	memberLists  int
+	onMemberList func(f *fakeEtcd, call int)
 }
 
 func newFakeEtcd() *fakeEtcd { return &fakeEtcd{nextID: 0x1000, dials: map[string]int{}} }
@@ -209,6 +213,10 @@ func (e *fakeEndpoint) Status(context.Context) (*clientv3.StatusResponse, error)
 func (e *fakeEndpoint) MemberList(_ context.Context, linearizable bool) ([]*etcdserverpb.Member, error) {
 	e.etcd.mu.Lock()
 	defer e.etcd.mu.Unlock()
+	e.etcd.memberLists++
+	if e.etcd.onMemberList != nil {
+		e.etcd.onMemberList(e.etcd, e.etcd.memberLists)
+	}
 	if err := e.serving(); err != nil {
 		return nil, err
 	}
