@@ -69,6 +69,16 @@ func TestReconcileRemediation(t *testing.T) {
 				f.replicas(5)
 			},
 			wantDeleted: "m3", wantReason: controlplanev1.RemediatingReason},
+		{name: "infrastructure gone and member dead, but no MachineHealthCheck verdict: left alone",
+			// As KubeadmControlPlane does, a Machine whose infrastructure object was deleted (the VM
+			// vanished) is not remediated by the control plane itself: a MachineHealthCheck marks it
+			// once its Node goes Unknown (lifecycle TestVanishedVMIsReplaced).
+			setup: func(f *fixture) {
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, withCondition(clusterv1.MachineInfrastructureReadyCondition, metav1.ConditionFalse, clusterv1.MachineInfrastructureDeletedReason))
+				f.machine("m3", time.Hour)
+				f.member("m2").state = memberDown
+			}},
 		{name: "health check failed but owner remediation not requested",
 			setup: func(f *fixture) {
 				f.machine("m1", 3*time.Hour)
