@@ -6,10 +6,15 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
+	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -44,7 +49,19 @@ func goreleaser(t *testing.T, root string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// run runs a command and fails the test if it fails. env entries override the caller's
+// environment; an entry "NAME=" unsets NAME. The caller's KAIROS_PROVIDER never leaks in.
 func run(t *testing.T, dir string, env []string, name string, args ...string) string {
+	t.Helper()
+	out, err := runCommand(t, dir, env, name, args...)
+	if err != nil {
+		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
+	}
+	return out
+}
+
+// runCommand is run returning the command's error instead of failing the test.
+func runCommand(t *testing.T, dir string, env []string, name string, args ...string) (string, error) {
 	t.Helper()
 	ctx := context.Background()
 	if d, ok := t.Deadline(); ok {
@@ -56,8 +73,13 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) st
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	// The caller's KAIROS_PROVIDER must not leak in: unset means "both providers".
+	override := map[string]bool{"KAIROS_PROVIDER": true}
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		override[k] = true
+	}
 	for _, kv := range os.Environ() {
-		if !strings.HasPrefix(kv, "KAIROS_PROVIDER=") {
+		if k, _, _ := strings.Cut(kv, "="); !override[k] {
 			cmd.Env = append(cmd.Env, kv)
 		}
 	}
@@ -67,11 +89,8 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) st
 		}
 	}
 	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("%s %s: %v\n%s", filepath.Base(name), strings.Join(args, " "), err, out)
-	}
 	t.Logf("%s %s %s: %s", strings.Join(env, " "), filepath.Base(name), strings.Join(args, " "), time.Since(start).Round(time.Second))
-	return string(out)
+	return string(out), err
 }
 
 // testConfig writes a copy of .goreleaser.yaml whose dist folder is dist, so that the test
@@ -79,8 +98,8 @@ func run(t *testing.T, dir string, env []string, name string, args ...string) st
 // this machine's architecture only: a cold build for another architecture costs minutes per
 // manager, and what the test checks (the pipeline, the artifacts, the versions built) does
 // not depend on the architecture. Paths in the config are relative to the working directory
-// (the repository root), not to the config file.
-func testConfig(t *testing.T, root, dist string, allTargets bool) string {
+// (the repository root), not to the config file. Each edit then changes the parsed config.
+func testConfig(t *testing.T, root, dist string, allTargets bool, edits ...func(cfg map[string]any)) string {
 	t.Helper()
 	data, err := os.ReadFile(filepath.Join(root, ".goreleaser.yaml"))
 	if err != nil {
@@ -102,6 +121,9 @@ func testConfig(t *testing.T, root, dist string, allTargets bool) string {
 		for _, b := range builds {
 			b.(map[string]any)["goarch"] = []any{runtime.GOARCH}
 		}
+	}
+	for _, edit := range edits {
+		edit(cfg)
 	}
 	out, err := yaml.Marshal(cfg)
 	if err != nil {
@@ -278,6 +300,315 @@ func TestGoreleaserSnapshotRelease(t *testing.T) {
 				t.Errorf("checksums.txt lists %v, want the %d archives", sums, len(targets))
 			}
 		})
+	}
+}
+
+// TestGoreleaserTaggedRelease runs the real release of each provider, publish included, the way
+// the documented procedure does (.goreleaser.yaml's top comment, release/README.md):
+//
+//	KAIROS_PROVIDER=<provider> GORELEASER_CURRENT_TAG=v0.2.0 \
+//	  goreleaser release --clean --skip=validate --release-notes=notes.md
+//
+// after writing the clusterctl repository files of both providers with the release tool, as
+// `make release-repo` does. The GitHub API is a fake served by the test (fakeGitHub), reached
+// through the config's github_urls section, with a dummy GITHUB_TOKEN. From what the fake
+// received, the test checks that the release was created in the provider's own release
+// repository (kairos-capi/bootstrap-kairos or kairos-capi/control-plane-kairos) as a draft
+// with tag v0.2.0, the name and the notes given, and published once every asset was uploaded;
+// that the assets are exactly the provider's manager (one binary archive per target),
+// checksums.txt and every file of its clusterctl repository folder <label>/v0.2.0/ (its
+// components YAML, metadata.yaml and, for the control plane, the cluster templates), each
+// byte for byte the file on disk; and that nothing of the other provider was built or
+// uploaded, although its folder sits next to it in the same tree. A last run, of the
+// bootstrap provider without its folder (the control plane's only), must fail without
+// publishing anything: the release's own files are required, not merely globbed.
+//
+// Besides the test config's dist folder and single target (testConfig) and github_urls, the
+// run differs from the documented one in three ways:
+//
+//   - --skip=ko. Not a snapshot, so goreleaser v2.15.1's ko pipe would build both
+//     platforms' images on gcr.io/distroless/static:nonroot and push them to ghcr.io
+//     (internal/pipe/ko/ko.go Publish -> doBuild, ko's publish.NewDefault): neither registry
+//     is reachable here, and there is no Docker daemon or local registry to stand in (see
+//     TestGoreleaserSnapshotRelease). The images are not release assets; the rest of the
+//     pipeline runs, publish included.
+//   - The clusterctl files are written to a fresh folder out/goreleaser-test-*/ instead of
+//     out/ itself (which may hold a developer's own release folders, or another test run's):
+//     every release.extra_files glob must start with "out/", and the test config moves that
+//     prefix into the fresh folder, keeping the rest of the glob (the templated label,
+//     version and file pattern) as it is. goreleaser v2.15.1 resolves these globs inside the
+//     working directory only (internal/extrafiles Find -> github.com/goreleaser/fileglob
+//     v1.4.0 Glob, which stats the static prefix in an fs.FS of "."; an absolute glob fails
+//     with "stat static prefix .//tmp/...: invalid argument"), hence a folder under out/
+//     (ignored by git), removed afterwards, rather than a temporary folder elsewhere.
+//   - A remote URL is given through git's environment configuration (see taggedRelease).
+func TestGoreleaserTaggedRelease(t *testing.T) {
+	const version = "v0.2.0"
+	root := repositoryRoot(t)
+	gr := goreleaser(t, root)
+	goarchs := []string{strings.Split(hostPlatform(t), "_")[0]}
+	allTargets := os.Getenv("KAIROS_GORELEASER_ALL_TARGETS") == "1"
+	if allTargets {
+		goarchs = []string{"amd64", "arm64"}
+	}
+
+	// The clusterctl files of v0.2.0 of both providers, as
+	// `make release-repo PROVIDER=... VERSION=v0.2.0 OUT=out` writes them (cmd/release calls
+	// repo.Build and Release.Write the same way). The series 0.2 is in release/metadata/.
+	releases := map[string]*repo.Release{}
+	for _, p := range []repo.Provider{repo.Bootstrap, repo.ControlPlane} {
+		r, err := repo.Build(repo.Options{Root: root, Provider: p, Version: version})
+		if err != nil {
+			t.Fatalf("release tool, %s %s: %v", p.Name, version, err)
+		}
+		releases[p.Name] = r
+	}
+	// outTree writes the releases of the given providers into a fresh folder under out/ and
+	// returns it, relative to the root, with each provider's release folder.
+	outTree := func(providers ...repo.Provider) (string, map[string]string) {
+		if _, err := os.Stat(filepath.Join(root, "out")); errors.Is(err, fs.ErrNotExist) {
+			if err := os.Mkdir(filepath.Join(root, "out"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			// Registered first, so it runs last; removes out/ only if nothing else is in it.
+			t.Cleanup(func() { os.Remove(filepath.Join(root, "out")) })
+		}
+		out, err := os.MkdirTemp(filepath.Join(root, "out"), "goreleaser-test-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { os.RemoveAll(out) })
+		folders := map[string]string{}
+		for _, p := range providers {
+			if folders[p.Name], err = releases[p.Name].Write(out); err != nil {
+				t.Fatal(err)
+			}
+		}
+		rel, err := filepath.Rel(root, out)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return rel, folders
+	}
+	notesText := "Release notes of the tagged release test.\n\n- one change\n"
+	notes := filepath.Join(t.TempDir(), "notes.md")
+	if err := os.WriteFile(notes, []byte(notesText), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	out, folders := outTree(repo.Bootstrap, repo.ControlPlane)
+	for _, p := range []repo.Provider{repo.Bootstrap, repo.ControlPlane} {
+		t.Run(p.Name, func(t *testing.T) {
+			other := repo.ControlPlane
+			if p.Name == other.Name {
+				other = repo.Bootstrap
+			}
+			gh, dist, output, err := taggedRelease(t, root, gr, p, version, out, notes, allTargets)
+			if err != nil {
+				t.Fatalf("goreleaser release: %v\n%s", err, output)
+			}
+			rel := gh.onlyRelease(t)
+			if rel.Created.TagName != version {
+				t.Errorf("release created with tag %q, want %q", rel.Created.TagName, version)
+			}
+			if want := p.Name + " " + version; rel.Created.Name != want {
+				t.Errorf("release created with name %q, want %q", rel.Created.Name, want)
+			}
+			if strings.TrimSpace(rel.Created.Body) != strings.TrimSpace(notesText) {
+				t.Errorf("release body %q, want the notes %q (--release-notes)", rel.Created.Body, notesText)
+			}
+			if rel.Created.Draft == nil || !*rel.Created.Draft {
+				t.Errorf("release not created as a draft (assets would be public while uploading)")
+			}
+			if rel.Prerelease {
+				t.Errorf("%s marked as a pre-release", version)
+			}
+			if rel.Created.TargetCommitish != "" {
+				t.Errorf("release target_commitish %q: the release repository has none of this repository's commits", rel.Created.TargetCommitish)
+			}
+			if rel.Draft || len(rel.Edits) != 1 || rel.Edits[0].AssetsBefore != len(rel.Assets) {
+				t.Errorf("release not published once after every upload: draft %v, edits %+v, %d assets", rel.Draft, rel.Edits, len(rel.Assets))
+			}
+
+			// What must be uploaded, with the file on disk it must equal.
+			binary := "kairos-" + p.Name + "-manager"
+			want := map[string]string{"checksums.txt": filepath.Join(dist, "checksums.txt")}
+			var archives []string
+			arts := artifacts(t, dist)
+			for _, goarch := range goarchs {
+				name := binary + "_linux_" + goarch
+				archives = append(archives, name)
+				for _, a := range arts {
+					if a.Name == name && a.Type == "Binary" && a.Extra.Format == "binary" {
+						want[name] = a.Path
+					}
+				}
+				if want[name] == "" {
+					t.Errorf("artifacts.json has no binary archive %s: %+v", name, arts)
+				}
+			}
+			for _, a := range arts {
+				if strings.Contains(a.Name, "kairos-"+other.Name+"-manager") || strings.Contains(a.Path, "kairos-"+other.Name+"-manager") {
+					t.Errorf("the %s release built %s of the other provider", p.Name, a.Name)
+				}
+			}
+			entries, err := os.ReadDir(folders[p.Name])
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				want[e.Name()] = filepath.Join(folders[p.Name], e.Name())
+			}
+			for _, required := range []string{p.ComponentsFile, "metadata.yaml"} {
+				if _, ok := want[required]; !ok {
+					t.Errorf("the release tool wrote no %s into %s", required, folders[p.Name])
+				}
+			}
+			if p.Templates && !slices.ContainsFunc(entries, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), "cluster-template") }) {
+				t.Errorf("the release tool wrote no cluster template into %s", folders[p.Name])
+			}
+
+			uploaded := slices.Sorted(maps.Keys(rel.Assets))
+			if wantNames := slices.Sorted(maps.Keys(want)); !slices.Equal(uploaded, wantNames) {
+				t.Errorf("uploaded assets\n  %v\nwant exactly\n  %v", uploaded, wantNames)
+			}
+			for _, name := range uploaded {
+				if strings.Contains(name, "kairos-"+other.Name+"-manager") || name == other.ComponentsFile {
+					t.Errorf("the %s release uploaded %s of the other provider", p.Name, name)
+				}
+				file, ok := want[name]
+				if !ok {
+					continue
+				}
+				onDisk, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if !bytes.Equal(rel.Assets[name], onDisk) {
+					t.Errorf("uploaded %s (%d bytes) differs from %s (%d bytes)", name, len(rel.Assets[name]), file, len(onDisk))
+				}
+			}
+
+			// checksums.txt lists exactly the archives, with the sums of the uploaded bytes.
+			sumsFile := filepath.Join(t.TempDir(), "checksums.txt")
+			if err := os.WriteFile(sumsFile, rel.Assets["checksums.txt"], 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sums := readChecksums(t, sumsFile)
+			if got := slices.Sorted(maps.Keys(sums)); !slices.Equal(got, archives) {
+				t.Errorf("checksums.txt lists %v, want the archives %v", got, archives)
+			}
+			for _, name := range archives {
+				sum := sha256.Sum256(rel.Assets[name])
+				if got := sums[name]; got != hex.EncodeToString(sum[:]) {
+					t.Errorf("checksums.txt has %q for %s, the uploaded bytes hash to %x", got, name, sum)
+				}
+			}
+
+			// The uploaded binaries are the provider's manager, for their targets. (The version
+			// is not visible: -ldflags are not recorded in the build info of a -trimpath build,
+			// and -X main.version has no effect until the main package declares version.)
+			for _, name := range archives {
+				if rel.Assets[name] == nil {
+					continue
+				}
+				bin := filepath.Join(t.TempDir(), name)
+				if err := os.WriteFile(bin, rel.Assets[name], 0o755); err != nil {
+					t.Fatal(err)
+				}
+				info := run(t, root, nil, "go", "version", "-m", bin)
+				goarch := strings.TrimPrefix(name, binary+"_linux_")
+				for _, want := range []string{"\tpath\tgithub.com/kairos-capi/kairos-capi/" + p.Name + "\n", "\tbuild\tGOARCH=" + goarch + "\n", "\tbuild\tGOOS=linux\n"} {
+					if !strings.Contains(info, want) {
+						t.Errorf("uploaded %s: build info lacks %q:\n%s", name, strings.TrimSpace(want), info)
+					}
+				}
+			}
+		})
+	}
+
+	// Without `make release-repo` for the provider (or with another OUT or VERSION), a release
+	// must fail, not publish a release without the clusterctl files. goreleaser creates the
+	// draft release before it resolves the extra files (internal/pipe/release/release.go
+	// doPublish), so the draft stays behind, unpublished and empty. The manager is not built
+	// (every build skipped): what is checked happens after the builds and does not depend on
+	// them, and the run takes a second instead of a link.
+	t.Run("bootstrap without its clusterctl files", func(t *testing.T) {
+		out, _ := outTree(repo.ControlPlane)
+		gh, _, output, err := taggedRelease(t, root, gr, repo.Bootstrap, version, out, notes, allTargets, func(cfg map[string]any) {
+			for _, b := range cfg["builds"].([]any) {
+				b.(map[string]any)["skip"] = true
+			}
+		})
+		if err == nil {
+			t.Fatalf("goreleaser release succeeded without the clusterctl files:\n%s", output)
+		}
+		if missing := path.Join(repo.Bootstrap.Label, version, repo.Bootstrap.ComponentsFile); !strings.Contains(output, missing) {
+			t.Errorf("the failure does not name %s:\n%s", missing, output)
+		}
+		if _, releases := gh.snapshot(); len(releases) > 0 && (!releases[0].Draft || len(releases[0].Assets) > 0) {
+			t.Errorf("failed release: draft %v, %d assets uploaded; want an empty draft", releases[0].Draft, len(releases[0].Assets))
+		}
+	})
+}
+
+// taggedRelease runs `goreleaser release` of provider p for version, not a snapshot, against
+// a fake GitHub (returned with the dist folder, the output and the error), with the clusterctl
+// files taken from the tree out (relative to root) instead of out/.
+func taggedRelease(t *testing.T, root, gr string, p repo.Provider, version, out, notes string, allTargets bool, edits ...func(cfg map[string]any)) (*fakeGitHub, string, string, error) {
+	t.Helper()
+	const token = "dummy-github-token"
+	releaseRepository := map[string]string{
+		repo.Bootstrap.Name:    "bootstrap-kairos",
+		repo.ControlPlane.Name: "control-plane-kairos",
+	}[p.Name]
+	gh := newFakeGitHub(t, "kairos-capi", releaseRepository, token)
+	dist := filepath.Join(t.TempDir(), "dist")
+	cfg := testConfig(t, root, dist, allTargets, func(cfg map[string]any) {
+		if _, ok := cfg["github_urls"]; ok {
+			t.Fatal(".goreleaser.yaml sets github_urls; the test expects github.com")
+		}
+		cfg["github_urls"] = gh.urls()
+		rebaseExtraFiles(t, cfg, out)
+		for _, edit := range edits {
+			edit(cfg)
+		}
+	})
+	env := []string{
+		"KAIROS_PROVIDER=" + p.Name, "GORELEASER_CURRENT_TAG=" + version, "GITHUB_TOKEN=" + token,
+		// Another token makes goreleaser refuse to choose (internal/pipe/env), a previous tag
+		// or a forced token type would change the run: none from the caller.
+		"GITLAB_TOKEN=", "GITEA_TOKEN=", "GORELEASER_FORCE_TOKEN=", "GORELEASER_PREVIOUS_TAG=",
+		// Outside a snapshot, goreleaser's git pipe needs a remote URL (internal/pipe/git
+		// getGitInfo -> getURL: `git ls-remote --get-url`, "couldn't get remote URL"
+		// otherwise), which a CI checkout has and a local clone may lack. It is only recorded
+		// (the release repository is configured): give one through git's environment
+		// configuration rather than touching the checkout's .git/config.
+		"GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=remote.origin.url", "GIT_CONFIG_VALUE_0=https://github.com/kairos-capi/kairos-capi.git",
+	}
+	output, err := runCommand(t, root, env, gr, "release", "--clean", "--skip=validate", "--skip=ko", "--release-notes="+notes, "--config", cfg)
+	requests, _ := gh.snapshot()
+	t.Logf("fake GitHub %s received %d requests", releaseRepository, len(requests))
+	return gh, dist, output, err
+}
+
+// rebaseExtraFiles moves the release.extra_files globs from out/ to the tree out, a path
+// relative to the working directory (the repository root), keeping the rest of each glob.
+func rebaseExtraFiles(t *testing.T, cfg map[string]any, out string) {
+	t.Helper()
+	release, _ := cfg["release"].(map[string]any)
+	extra, _ := release["extra_files"].([]any)
+	if len(extra) == 0 {
+		t.Fatal(".goreleaser.yaml has no release.extra_files: the clusterctl files would not be released")
+	}
+	for _, e := range extra {
+		file, _ := e.(map[string]any)
+		glob, _ := file["glob"].(string)
+		rest, ok := strings.CutPrefix(glob, "out/")
+		if !ok {
+			t.Fatalf("release.extra_files glob %q does not start with out/, where make release-repo writes", glob)
+		}
+		file["glob"] = filepath.ToSlash(out) + "/" + rest
 	}
 }
 
