@@ -5,6 +5,8 @@ go 1.26.3
 require (
 	github.com/drone/envsubst/v2 v2.0.0-20210730161058-179042472c46
 	github.com/kairos-capi/kairos-capi/bootstrap/api v0.2.0
+	github.com/kairos-capi/kairos-capi/common/provider v0.2.0
+	github.com/kairos-capi/kairos-capi/controlplane v0.2.0
 	github.com/kairos-capi/kairos-capi/controlplane/api v0.2.0
 	go.yaml.in/yaml/v3 v3.0.5
 	golang.org/x/mod v0.40.0
@@ -54,7 +56,6 @@ require (
 	github.com/google/uuid v1.6.0 // indirect
 	github.com/json-iterator/go v1.1.12 // indirect
 	github.com/kairos-capi/kairos-capi/common v0.2.0 // indirect
-	github.com/klauspost/compress v1.19.1 // indirect
 	github.com/modern-go/concurrent v0.0.0-20180306012644-bacd9c7ef1dd // indirect
 	github.com/modern-go/reflect2 v1.0.3-0.20250322232337-35a7c28c31ee // indirect
 	github.com/monochromegane/go-gitignore v0.0.0-20200626010858-205db1a8cc00 // indirect
@@ -105,5 +106,7 @@ require (
 replace (
 	github.com/kairos-capi/kairos-capi/bootstrap/api => ../bootstrap/api
 	github.com/kairos-capi/kairos-capi/common => ../common
+	github.com/kairos-capi/kairos-capi/common/provider => ../common/provider
+	github.com/kairos-capi/kairos-capi/controlplane => ../controlplane
 	github.com/kairos-capi/kairos-capi/controlplane/api => ../controlplane/api
 )

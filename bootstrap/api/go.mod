@@ -3,7 +3,6 @@ module github.com/kairos-capi/kairos-capi/bootstrap/api
 go 1.26.3
 
 require (
-	github.com/kairos-capi/kairos-capi/common v0.2.0
 	k8s.io/apimachinery v0.36.3
 	sigs.k8s.io/cluster-api/api v1.14.2
 	sigs.k8s.io/yaml v1.6.0
@@ -18,6 +17,7 @@ require (
 	github.com/stretchr/testify v1.12.1 // indirect
 	github.com/x448/float16 v0.8.4 // indirect
 	go.yaml.in/yaml/v2 v2.4.4 // indirect
+	go.yaml.in/yaml/v3 v3.0.5 // indirect
 	golang.org/x/net v0.58.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	gopkg.in/inf.v0 v0.9.1 // indirect
@@ -30,5 +30,3 @@ require (
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
 )
-
-replace github.com/kairos-capi/kairos-capi/common => ../../common

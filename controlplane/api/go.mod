@@ -4,7 +4,6 @@ go 1.26.3
 
 require (
 	github.com/kairos-capi/kairos-capi/bootstrap/api v0.2.0
-	github.com/kairos-capi/kairos-capi/common v0.2.0
 	k8s.io/apimachinery v0.36.3
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	sigs.k8s.io/cluster-api/api v1.14.2
@@ -28,10 +27,6 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
-replace (
-	github.com/kairos-capi/kairos-capi/bootstrap/api => ../../bootstrap/api
-	github.com/kairos-capi/kairos-capi/common => ../../common
-)
+replace github.com/kairos-capi/kairos-capi/bootstrap/api => ../../bootstrap/api

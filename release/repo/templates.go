@@ -18,7 +18,9 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	kcvalidation "github.com/kairos-capi/kairos-capi/common/provider/validation"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	kcpvalidation "github.com/kairos-capi/kairos-capi/controlplane/validation"
 )
 
 // TemplatesDir holds the cluster templates, relative to the repository root: one
@@ -420,7 +422,7 @@ func newTyped(gvk schema.GroupVersionKind) any {
 	return nil
 }
 
-// checkTemplateSchema decodes an object strictly into its Go type and runs the Kairos API
+// checkTemplateSchema decodes an object strictly into its Go type and runs the webhooks' spec
 // validation on it (defaults first, as the webhooks do).
 func checkTemplateSchema(out *violations, file, label, name string, o *unstructured.Unstructured) {
 	typed := newTyped(o.GroupVersionKind())
@@ -444,16 +446,16 @@ func checkTemplateSchema(out *violations, file, label, name string, o *unstructu
 	switch t := typed.(type) {
 	case *controlplanev1.KairosControlPlane:
 		t.Spec.Default()
-		errs = t.Spec.Validate(field.NewPath("spec"))
+		errs = kcpvalidation.ValidateKairosControlPlaneSpec(&t.Spec, field.NewPath("spec"))
 	case *controlplanev1.KairosControlPlaneTemplate:
 		t.Spec.Template.Spec.Default()
-		errs = t.Spec.Template.Spec.Validate(field.NewPath("spec", "template", "spec"))
+		errs = kcpvalidation.ValidateKairosControlPlaneTemplateResourceSpec(&t.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
 	case *bootstrapv1.KairosConfig:
 		t.Spec.Default()
-		errs = t.Spec.Validate(field.NewPath("spec"))
+		errs = kcvalidation.ValidateKairosConfigSpec(&t.Spec, field.NewPath("spec"))
 	case *bootstrapv1.KairosConfigTemplate:
 		t.Spec.Template.Spec.Default()
-		errs = t.Spec.Template.Spec.Validate(field.NewPath("spec", "template", "spec"))
+		errs = kcvalidation.ValidateKairosConfigSpec(&t.Spec.Template.Spec, field.NewPath("spec", "template", "spec"))
 	}
 	for _, e := range errs {
 		out.add(RuleTemplateSchema, file, name, "%s: %v", label, e)

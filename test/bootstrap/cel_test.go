@@ -10,6 +10,7 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/provider/dryrun"
+	"github.com/kairos-capi/kairos-capi/common/provider/validation"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 )
 
@@ -139,11 +140,11 @@ func TestCELRulesWithoutWebhooks(t *testing.T) {
 			errC, errT := create(fmt.Sprintf("refused-%02d", i), spec)
 			framework.ExpectRefusedAt(t, tc.want, map[string]error{"spec." + tc.field: errC, "spec.template.spec." + tc.field: errT})
 
-			// The webhook refuses the same spec at the same field in the same words: its API
+			// The webhook refuses the same spec at the same field in the same words: its spec
 			// validation, then (only when that passes) its dry render.
 			defaulted := spec.DeepCopy()
 			defaulted.Default()
-			errs := defaulted.Validate(field.NewPath("spec"))
+			errs := validation.ValidateKairosConfigSpec(defaulted, field.NewPath("spec"))
 			if len(errs) == 0 {
 				errs = dryrun.Render(defaulted, field.NewPath("spec"))
 			}

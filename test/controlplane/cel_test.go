@@ -9,6 +9,7 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/validation"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 )
 
@@ -81,7 +82,7 @@ var celAccepted = []struct {
 
 // TestCELRulesWithoutWebhooks creates KairosControlPlanes and KairosControlPlaneTemplates on
 // an API server with the control plane's CRDs and no webhooks: each case is refused by its CEL
-// rule at its field in the webhook's words, and the API validation the webhook runs refuses it
+// rule at its field in the webhook's words, and the spec validation the webhook runs refuses it
 // the same way.
 func TestCELRulesWithoutWebhooks(t *testing.T) {
 	env := framework.StartSchemaOnly(t, "controlplane", "KairosControlPlane", mgmt.Scheme)
@@ -118,10 +119,10 @@ func TestCELRulesWithoutWebhooks(t *testing.T) {
 			errK, errT := create(fmt.Sprintf("refused-%02d", i), spec)
 			framework.ExpectRefusedAt(t, tc.want, map[string]error{"spec." + tc.field: errK, "spec.template.spec." + tc.field: errT})
 
-			// The webhook's API validation refuses it at the same field in the same words.
+			// The webhook's spec validation refuses it at the same field in the same words.
 			defaulted := spec.DeepCopy()
 			defaulted.Default()
-			framework.ExpectFieldError(t, defaulted.Validate(field.NewPath("spec")), "spec."+tc.field, tc.want)
+			framework.ExpectFieldError(t, validation.ValidateKairosControlPlaneSpec(defaulted, field.NewPath("spec")), "spec."+tc.field, tc.want)
 		})
 	}
 }

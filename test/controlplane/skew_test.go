@@ -201,17 +201,19 @@ func withoutVirtualIP(crds []*apiextensionsv1.CustomResourceDefinition) error {
 		found = true
 		metav1.SetMetaDataAnnotation(&crd.ObjectMeta, bootstrapv1.ReleaseAnnotation, "v0.1.0")
 		for i := range crd.Spec.Versions {
-			spec := crd.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties["spec"]
+			root := crd.Spec.Versions[i].Schema.OpenAPIV3Schema
+			spec := root.Properties["spec"]
 			if _, ok := spec.Properties["virtualIP"]; !ok {
 				return errors.New("the KairosConfig CRD has no spec.virtualIP to remove")
 			}
 			delete(spec.Properties, "virtualIP")
 			// Nor had it the CEL rules about the field (an API server refuses a rule naming a
-			// field the schema does not have).
-			spec.XValidations = slices.DeleteFunc(spec.XValidations, func(r apiextensionsv1.ValidationRule) bool {
-				return strings.Contains(r.Rule, "virtualIP")
-			})
-			crd.Spec.Versions[i].Schema.OpenAPIV3Schema.Properties["spec"] = spec
+			// field the schema does not have), wherever they are: the rules that depend on the
+			// role are on the object, the others on spec.
+			aboutVIP := func(r apiextensionsv1.ValidationRule) bool { return strings.Contains(r.Rule, "virtualIP") }
+			spec.XValidations = slices.DeleteFunc(spec.XValidations, aboutVIP)
+			root.XValidations = slices.DeleteFunc(root.XValidations, aboutVIP)
+			root.Properties["spec"] = spec
 		}
 	}
 	if !found {

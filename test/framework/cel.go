@@ -12,8 +12,10 @@ import (
 
 // StartSchemaOnly starts an API server with a provider's CRDs and no webhooks at all, so that
 // nothing but the CRD schema (its CEL rules included) defaults or validates what is created. It
-// first checks that kind and kind+"Template" carry the same spec rules: they are written twice,
-// once on each spec, and must not drift apart.
+// first checks that kind and kind+"Template" carry the same rules, both on the spec and on the
+// object that holds it (the object, and spec.template): each rule is written once, on a type
+// both embed (bootstrap's nodeSpecRules, controlplane's embeddedConfigRules), and this makes
+// sure the generated CRDs still give both kinds all of them.
 func StartSchemaOnly(t testing.TB, provider, kind string, scheme *runtime.Scheme) *Environment {
 	t.Helper()
 	files, err := ProjectCRDFiles(provider)
@@ -24,16 +26,21 @@ func StartSchemaOnly(t testing.TB, provider, kind string, scheme *runtime.Scheme
 	if err != nil {
 		t.Fatal(err)
 	}
-	rules := map[string]apiextensionsv1.ValidationRules{}
+	specRules := map[string]apiextensionsv1.ValidationRules{}
+	holderRules := map[string]apiextensionsv1.ValidationRules{}
 	for _, crd := range crds {
-		spec := crd.Spec.Versions[0].Schema.OpenAPIV3Schema.Properties["spec"]
+		holder := *crd.Spec.Versions[0].Schema.OpenAPIV3Schema
 		if crd.Spec.Names.Kind == kind+"Template" {
-			spec = spec.Properties["template"].Properties["spec"]
+			holder = holder.Properties["spec"].Properties["template"]
 		}
-		rules[crd.Spec.Names.Kind] = spec.XValidations
+		holderRules[crd.Spec.Names.Kind] = holder.XValidations
+		specRules[crd.Spec.Names.Kind] = holder.Properties["spec"].XValidations
 	}
-	if len(rules[kind]) == 0 || !equality.Semantic.DeepEqual(rules[kind], rules[kind+"Template"]) {
-		t.Fatalf("the spec rules of %s and %sTemplate differ:\n%v\n%v", kind, kind, rules[kind], rules[kind+"Template"])
+	if len(specRules[kind]) == 0 || !equality.Semantic.DeepEqual(specRules[kind], specRules[kind+"Template"]) {
+		t.Fatalf("the spec rules of %s and %sTemplate differ:\n%v\n%v", kind, kind, specRules[kind], specRules[kind+"Template"])
+	}
+	if !equality.Semantic.DeepEqual(holderRules[kind], holderRules[kind+"Template"]) {
+		t.Fatalf("the rules of %s and of %sTemplate's spec.template differ:\n%v\n%v", kind, kind, holderRules[kind], holderRules[kind+"Template"])
 	}
 	env, err := Start(Options{CRDs: crds, Scheme: scheme})
 	if err != nil {

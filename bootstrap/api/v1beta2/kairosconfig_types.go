@@ -63,9 +63,9 @@ const ReleaseAnnotation = "bootstrap.cluster.x-k8s.io/kairos-release"
 // KairosConfigTemplate, a KairosControlPlane's kairosConfigSpec) are CEL rules of the CRDs, so
 // that they hold without the admission webhooks; the webhooks check them too, in the same
 // words, along with the rules CEL cannot express. Rules that depend on the role or distribution
-// of a KairosConfig, which default to worker and k0s when unset, are on the spec fields of
-// KairosConfig and KairosConfigTemplate (the same rules on both): a control plane's
-// kairosConfigSpec has neither, the control plane sets them.
+// of a KairosConfig, which default to worker and k0s when unset, are those of nodeSpecRules,
+// which KairosConfig and KairosConfigTemplate embed: a control plane's kairosConfigSpec has
+// neither, the control plane sets them.
 // +kubebuilder:validation:XValidation:rule="!has(self.userPassword) || size(self.userPassword) == 0 || !has(self.userPasswordSecretRef)",message="userPassword and userPasswordSecretRef are mutually exclusive: keep only userPasswordSecretRef",fieldPath=".userPassword",reason="FieldValueForbidden"
 // +kubebuilder:validation:XValidation:rule="!has(self.workerToken) || size(self.workerToken) == 0 || !has(self.workerTokenSecretRef)",message="workerToken and workerTokenSecretRef are mutually exclusive: keep only workerTokenSecretRef",fieldPath=".workerToken",reason="FieldValueForbidden"
 // +kubebuilder:validation:XValidation:rule="!has(self.hostname) || size(self.hostname) == 0 || !has(self.hostnamePrefix) || size(self.hostnamePrefix) == 0",message="hostname and hostnamePrefix are mutually exclusive: a template shared by many Machines should use hostnamePrefix only",fieldPath=".hostnamePrefix",reason="FieldValueForbidden"
@@ -487,6 +487,33 @@ type ProviderIDSpec struct {
 	Source ProviderIDSource `json:"source,omitempty"`
 }
 
+// nodeSpecRules holds, as CEL rules of the CRDs, the rules of a KairosConfig's spec that depend
+// on its role and distribution, which default to worker and k0s when unset. They hold for the
+// spec of a KairosConfig and of a KairosConfigTemplate's template, but not on KairosConfigSpec
+// itself: a control plane's kairosConfigSpec has no role or distribution (the control plane
+// sets them), and KairosControlPlane has its own rules for it.
+//
+// Both KairosConfig and KairosConfigTemplateResource embed this type inline, so that the rules
+// are written once (they used to be repeated on both spec fields): controller-gen merges the
+// type-level rules of an inline field into the schema of the embedding type (the object, and
+// spec.template), where they refer to spec and report at spec.<field> (spec.template.spec.<field>
+// for templates) in the same words as rules on the spec field did. It has no fields, so it
+// changes neither the JSON nor the Go literals of either type. One difference with rules on
+// spec: CRD validation ratcheting, which skips a failing rule whose value did not change, no
+// longer spares an object whose spec breaks one when only its metadata or status changes. The
+// webhooks have refused such specs from the start, so no admitted object breaks one. The
+// webhooks check the same rules in the same words (common/provider/validation), for the places
+// CEL does not reach.
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.singleNode) || !self.spec.singleNode || (has(self.spec.role) && self.spec.role == 'control-plane')",message="only control-plane nodes can be single-node: remove singleNode or set role: control-plane",fieldPath=".spec.singleNode",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !(has(self.spec.role) && self.spec.role == 'control-plane') || !has(self.spec.workerToken) || size(self.spec.workerToken) == 0",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".spec.workerToken",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !(has(self.spec.role) && self.spec.role == 'control-plane') || !has(self.spec.workerTokenSecretRef)",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".spec.workerTokenSecretRef",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.manifests) || size(self.spec.manifests) == 0 || (has(self.spec.role) && self.spec.role == 'control-plane')",message="manifests are applied by the control plane: move them to the control-plane KairosConfig (or KairosControlPlane)",fieldPath=".spec.manifests",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.k0s) || !has(self.spec.k0s.config) || size(self.spec.k0s.config) == 0 || (has(self.spec.role) && self.spec.role == 'control-plane')",message="the k0s ClusterConfig is read by controllers only: remove it from worker configs",fieldPath=".spec.k0s.config",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.virtualIP) || (has(self.spec.role) && self.spec.role == 'control-plane')",message="only control-plane nodes hold the virtual IP: remove it from worker configs",fieldPath=".spec.virtualIP",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.k0s) || !has(self.spec.distribution) || self.spec.distribution == 'k0s'",messageExpression="'k0s options do not apply to distribution ' + self.spec.distribution + ': move them to spec.k3s or set distribution: k0s'",fieldPath=".spec.k0s",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.k3s) || (has(self.spec.distribution) && self.spec.distribution == 'k3s')",messageExpression="'k3s options do not apply to distribution ' + (has(self.spec.distribution) ? self.spec.distribution : 'k0s') + ': move them to spec.k0s or set distribution: k3s'",fieldPath=".spec.k3s",reason="FieldValueForbidden"
+type nodeSpecRules struct{}
+
 // +kubebuilder:object:root=true
 // +kubebuilder:resource:path=kairosconfigs,scope=Namespaced,categories=cluster-api,shortName=kc;kcfg
 // +kubebuilder:storageversion
@@ -504,16 +531,11 @@ type KairosConfig struct {
 	// +optional
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
+	// The CEL rules of a node's spec (see nodeSpecRules).
+	nodeSpecRules `json:",inline"`
+
 	// spec is the desired bootstrap configuration.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!has(self.singleNode) || !self.singleNode || (has(self.role) && self.role == 'control-plane')",message="only control-plane nodes can be single-node: remove singleNode or set role: control-plane",fieldPath=".singleNode",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!(has(self.role) && self.role == 'control-plane') || !has(self.workerToken) || size(self.workerToken) == 0",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".workerToken",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!(has(self.role) && self.role == 'control-plane') || !has(self.workerTokenSecretRef)",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".workerTokenSecretRef",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!has(self.manifests) || size(self.manifests) == 0 || (has(self.role) && self.role == 'control-plane')",message="manifests are applied by the control plane: move them to the control-plane KairosConfig (or KairosControlPlane)",fieldPath=".manifests",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!has(self.k0s) || !has(self.k0s.config) || size(self.k0s.config) == 0 || (has(self.role) && self.role == 'control-plane')",message="the k0s ClusterConfig is read by controllers only: remove it from worker configs",fieldPath=".k0s.config",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!has(self.virtualIP) || (has(self.role) && self.role == 'control-plane')",message="only control-plane nodes hold the virtual IP: remove it from worker configs",fieldPath=".virtualIP",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!has(self.k0s) || !has(self.distribution) || self.distribution == 'k0s'",messageExpression="'k0s options do not apply to distribution ' + self.distribution + ': move them to spec.k3s or set distribution: k0s'",fieldPath=".k0s",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!has(self.k3s) || (has(self.distribution) && self.distribution == 'k3s')",messageExpression="'k3s options do not apply to distribution ' + (has(self.distribution) ? self.distribution : 'k0s') + ': move them to spec.k0s or set distribution: k3s'",fieldPath=".k3s",reason="FieldValueForbidden"
 	Spec KairosConfigSpec `json:"spec,omitempty,omitzero"`
 
 	// status is the observed state.

@@ -18,16 +18,11 @@ type KairosConfigTemplateResource struct {
 	// +optional
 	ObjectMeta clusterv1.ObjectMeta `json:"metadata,omitempty,omitzero"`
 
+	// The CEL rules of a node's spec, as on KairosConfig (see nodeSpecRules).
+	nodeSpecRules `json:",inline"`
+
 	// spec is the KairosConfig spec.
 	// +optional
-	// +kubebuilder:validation:XValidation:rule="!has(self.singleNode) || !self.singleNode || (has(self.role) && self.role == 'control-plane')",message="only control-plane nodes can be single-node: remove singleNode or set role: control-plane",fieldPath=".singleNode",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!(has(self.role) && self.role == 'control-plane') || !has(self.workerToken) || size(self.workerToken) == 0",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".workerToken",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!(has(self.role) && self.role == 'control-plane') || !has(self.workerTokenSecretRef)",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".workerTokenSecretRef",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!has(self.manifests) || size(self.manifests) == 0 || (has(self.role) && self.role == 'control-plane')",message="manifests are applied by the control plane: move them to the control-plane KairosConfig (or KairosControlPlane)",fieldPath=".manifests",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!has(self.k0s) || !has(self.k0s.config) || size(self.k0s.config) == 0 || (has(self.role) && self.role == 'control-plane')",message="the k0s ClusterConfig is read by controllers only: remove it from worker configs",fieldPath=".k0s.config",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!has(self.virtualIP) || (has(self.role) && self.role == 'control-plane')",message="only control-plane nodes hold the virtual IP: remove it from worker configs",fieldPath=".virtualIP",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!has(self.k0s) || !has(self.distribution) || self.distribution == 'k0s'",messageExpression="'k0s options do not apply to distribution ' + self.distribution + ': move them to spec.k3s or set distribution: k0s'",fieldPath=".k0s",reason="FieldValueForbidden"
-	// +kubebuilder:validation:XValidation:rule="!has(self.k3s) || (has(self.distribution) && self.distribution == 'k3s')",messageExpression="'k3s options do not apply to distribution ' + (has(self.distribution) ? self.distribution : 'k0s') + ': move them to spec.k0s or set distribution: k3s'",fieldPath=".k3s",reason="FieldValueForbidden"
 	Spec KairosConfigSpec `json:"spec,omitempty,omitzero"`
 }
 

@@ -106,6 +106,7 @@ func (in *KairosConfig) DeepCopyInto(out *KairosConfig) {
 	*out = *in
 	out.TypeMeta = in.TypeMeta
 	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.nodeSpecRules = in.nodeSpecRules
 	in.Spec.DeepCopyInto(&out.Spec)
 	in.Status.DeepCopyInto(&out.Status)
 }
@@ -347,6 +348,7 @@ func (in *KairosConfigTemplateList) DeepCopyObject() runtime.Object {
 func (in *KairosConfigTemplateResource) DeepCopyInto(out *KairosConfigTemplateResource) {
 	*out = *in
 	in.ObjectMeta.DeepCopyInto(&out.ObjectMeta)
+	out.nodeSpecRules = in.nodeSpecRules
 	in.Spec.DeepCopyInto(&out.Spec)
 }
 

@@ -16,6 +16,7 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/provider/dryrun"
+	"github.com/kairos-capi/kairos-capi/common/provider/validation"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-bootstrap-cluster-x-k8s-io-v1beta2-kairosconfig,mutating=true,failurePolicy=fail,groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigs,versions=v1beta2,name=default.kairosconfig.bootstrap.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
@@ -80,16 +81,16 @@ func dataCreated(c *bootstrapv1.KairosConfig) bool {
 	return ptr.Deref(c.Status.Initialization.DataSecretCreated, false) || c.Status.DataSecretName != ""
 }
 
-// validateSpec runs the API's validation plus a dry render, and wraps the result in the
-// Invalid error the API server returns to the user.
+// validateSpec runs the KairosConfigSpec validation both providers share plus a dry render,
+// and wraps the result in the Invalid error the API server returns to the user.
 func validateSpec(spec *bootstrapv1.KairosConfigSpec, fld *field.Path, kind, name string, errs field.ErrorList) (admission.Warnings, error) {
 	defaulted := spec.DeepCopy()
 	defaulted.Default()
-	errs = append(errs, defaulted.Validate(fld)...)
+	errs = append(errs, validation.ValidateKairosConfigSpec(defaulted, fld)...)
 	if len(errs) == 0 {
 		errs = append(errs, dryrun.Render(defaulted, fld)...)
 	}
-	warnings := defaulted.Warnings(fld)
+	warnings := validation.KairosConfigSpecWarnings(defaulted, fld)
 	if len(errs) == 0 {
 		return warnings, nil
 	}

@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/cluster-api/util/topology"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/common/provider/validation"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-bootstrap-cluster-x-k8s-io-v1beta2-kairosconfigtemplate,mutating=true,failurePolicy=fail,groups=bootstrap.cluster.x-k8s.io,resources=kairosconfigtemplates,versions=v1beta2,name=default.kairosconfigtemplate.bootstrap.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
@@ -76,6 +77,6 @@ func validateTemplate(t *bootstrapv1.KairosConfigTemplate, errs field.ErrorList)
 	fld := field.NewPath("spec", "template", "spec")
 	errs = append(errs, t.Spec.Template.ObjectMeta.Validate(field.NewPath("spec", "template", "metadata"))...)
 	// Many Machines share a template's spec: no literal hostname.
-	errs = append(errs, t.Spec.Template.Spec.ValidateTemplate(fld)...)
+	errs = append(errs, validation.ValidateSharedKairosConfigSpec(&t.Spec.Template.Spec, fld)...)
 	return validateSpec(&t.Spec.Template.Spec, fld, "KairosConfigTemplate", t.Name, errs)
 }

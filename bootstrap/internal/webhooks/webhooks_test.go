@@ -18,6 +18,7 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/provider/dryrun"
+	"github.com/kairos-capi/kairos-capi/common/provider/validation"
 	"github.com/kairos-capi/kairos-capi/common/render"
 )
 
@@ -440,12 +441,12 @@ func TestDryRender(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := defaulted(tc.spec)
 			if tc.name == "install that stays in the live system" {
-				if errs := spec.Validate(field.NewPath("spec")); len(errs) == 0 {
+				if errs := validation.ValidateKairosConfigSpec(spec, field.NewPath("spec")); len(errs) == 0 {
 					t.Fatal("field validation accepts an install without reboot")
 				}
 				return
 			}
-			if errs := spec.Validate(field.NewPath("spec")); len(errs) != 0 {
+			if errs := validation.ValidateKairosConfigSpec(spec, field.NewPath("spec")); len(errs) != 0 {
 				t.Fatalf("the case must pass field validation: %v", errs.ToAggregate())
 			}
 			errs := dryrun.Render(spec, field.NewPath("spec", "template", "spec"))

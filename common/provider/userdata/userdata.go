@@ -196,7 +196,8 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 			return render.Node{}, nil, fmt.Errorf("manifest %s: %w", m.Name, err)
 		}
 		// The API names manifest files; the renderer adds the .yaml extension itself. The
-		// API's validation has refused names that are not manifest file names.
+		// admission validation (package validation) has refused names that are not manifest
+		// file names.
 		name, _ := syntax.ManifestFileName(m.Name)
 		node.Manifests = append(node.Manifests, render.Manifest{Name: name, Content: c})
 	}

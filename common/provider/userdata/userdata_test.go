@@ -15,6 +15,7 @@ import (
 	"github.com/kairos-capi/kairos-capi/common/cloudconfig"
 	"github.com/kairos-capi/kairos-capi/common/pki"
 	"github.com/kairos-capi/kairos-capi/common/provider/userdata"
+	"github.com/kairos-capi/kairos-capi/common/provider/validation"
 	"github.com/kairos-capi/kairos-capi/common/render"
 	"github.com/kairos-capi/kairos-capi/common/token"
 )
@@ -644,7 +645,7 @@ func TestK3sWorkerTokenWithTrailingNewline(t *testing.T) {
 				s.WorkerToken = f.k3sOverride + "\n"
 			}
 			s.Default()
-			if errs := s.Validate(nil).ToAggregate(); errs != nil {
+			if errs := validation.ValidateKairosConfigSpec(&s, nil).ToAggregate(); errs != nil {
 				t.Fatalf("admission rejects the token: %v", errs)
 			}
 			tok, _ := userdata.WorkerTokenOverride(&s, in.Secrets)
@@ -763,7 +764,7 @@ func TestValidManifestNamesRender(t *testing.T) {
 		s.Manifests = []bootstrapv1.Manifest{{Name: name, Content: "apiVersion: v1\nkind: ConfigMap\nmetadata:\n  name: cni\n"}}
 		d := s.DeepCopy()
 		d.Default()
-		accepted := d.Validate(nil).ToAggregate() == nil
+		accepted := validation.ValidateKairosConfigSpec(d, nil).ToAggregate() == nil
 		_, err := renderSpec(t, s)
 		if accepted && err != nil {
 			t.Errorf("validation accepts manifest %q but rendering fails: %v", name, err)
@@ -806,7 +807,11 @@ func TestNodeMapsInstallAndOptions(t *testing.T) {
 func TestSSHKeyWithTrailingNewline(t *testing.T) {
 	s := baseSpec("wk-k0s")
 	s.SSHPublicKey = sshKey + "\n"
-	if errs := func() error { d := s.DeepCopy(); d.Default(); return d.Validate(nil).ToAggregate() }(); errs != nil {
+	if errs := func() error {
+		d := s.DeepCopy()
+		d.Default()
+		return validation.ValidateKairosConfigSpec(d, nil).ToAggregate()
+	}(); errs != nil {
 		t.Fatalf("admission rejects the key: %v", errs)
 	}
 	out, err := renderSpec(t, s)

@@ -45,13 +45,18 @@ const (
 	DefaultMachineNamingTemplate            = "{{ .kairosControlPlane.name }}-{{ .random }}"
 )
 
-// KairosControlPlaneSpec is the desired state of a Kairos control plane.
+// embeddedConfigRules holds the CEL rules of the kairosConfigSpec of a KairosControlPlane and of
+// a KairosControlPlaneTemplate's spec: the control plane sets the role, distribution,
+// single-node mode and version of every Machine's KairosConfig, so the rules refuse other
+// values of them in kairosConfigSpec, worker tokens, and the options of the other distribution
+// (an unset distribution is k0s), in the webhook's words, so that they hold without the
+// webhook; the webhook checks them too (controlplane/validation), with the rules CEL cannot
+// express.
 //
-// The control plane sets the role, distribution, single-node mode and version of every
-// Machine's KairosConfig. The CRD's CEL rules below refuse other values of them in
-// kairosConfigSpec, worker tokens, and the options of the other distribution (an unset
-// distribution is k0s), in the webhook's words, so that they hold without the webhook; the
-// webhook checks them too, with the rules CEL cannot express.
+// KairosControlPlaneSpec and KairosControlPlaneTemplateResourceSpec embed this type inline so
+// that the rules are written once: controller-gen merges the type-level rules of an inline
+// field into the schema of the embedding type, where self is that spec, as if they were written
+// on it. It has no fields, so it changes neither the JSON nor the Go literals of either type.
 // +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.role) || self.kairosConfigSpec.role == 'control-plane'",message="control-plane Machines have role control-plane: remove it",fieldPath=".kairosConfigSpec.role"
 // +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.distribution) || self.kairosConfigSpec.distribution == (has(self.distribution) ? self.distribution : 'k0s')",messageExpression="'differs from spec.distribution ' + (has(self.distribution) ? self.distribution : 'k0s') + ': remove it, the control plane sets it'",fieldPath=".kairosConfigSpec.distribution"
 // +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.singleNode) || !self.kairosConfigSpec.singleNode",message="the control plane sets single-node mode itself when replicas is 1: remove it",fieldPath=".kairosConfigSpec.singleNode",reason="FieldValueForbidden"
@@ -60,7 +65,17 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.workerTokenSecretRef)",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".kairosConfigSpec.workerTokenSecretRef",reason="FieldValueForbidden"
 // +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.k0s) || !has(self.distribution) || self.distribution == 'k0s'",messageExpression="'k0s options do not apply to distribution ' + self.distribution + ': move them to spec.k3s or set distribution: k0s'",fieldPath=".kairosConfigSpec.k0s",reason="FieldValueForbidden"
 // +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.k3s) || (has(self.distribution) && self.distribution == 'k3s')",messageExpression="'k3s options do not apply to distribution ' + (has(self.distribution) ? self.distribution : 'k0s') + ': move them to spec.k0s or set distribution: k3s'",fieldPath=".kairosConfigSpec.k3s",reason="FieldValueForbidden"
+type embeddedConfigRules struct{}
+
+// KairosControlPlaneSpec is the desired state of a Kairos control plane.
+//
+// The control plane sets the role, distribution, single-node mode and version of every
+// Machine's KairosConfig: the CEL rules of embeddedConfigRules refuse other values of them in
+// kairosConfigSpec.
 type KairosControlPlaneSpec struct {
+	// The CEL rules of kairosConfigSpec (see embeddedConfigRules).
+	embeddedConfigRules `json:",inline"`
+
 	// replicas is the number of control-plane Machines, each an etcd member. Defaults to 1.
 	// Must be odd: an even number tolerates no more failures than the odd number below it.
 	// +optional

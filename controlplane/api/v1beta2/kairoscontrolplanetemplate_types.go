@@ -28,16 +28,11 @@ type KairosControlPlaneTemplateResource struct {
 }
 
 // KairosControlPlaneTemplateResourceSpec is a KairosControlPlaneSpec without the fields a
-// Cluster topology sets. It has the CEL rules of KairosControlPlaneSpec.
-// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.role) || self.kairosConfigSpec.role == 'control-plane'",message="control-plane Machines have role control-plane: remove it",fieldPath=".kairosConfigSpec.role"
-// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.distribution) || self.kairosConfigSpec.distribution == (has(self.distribution) ? self.distribution : 'k0s')",messageExpression="'differs from spec.distribution ' + (has(self.distribution) ? self.distribution : 'k0s') + ': remove it, the control plane sets it'",fieldPath=".kairosConfigSpec.distribution"
-// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.singleNode) || !self.kairosConfigSpec.singleNode",message="the control plane sets single-node mode itself when replicas is 1: remove it",fieldPath=".kairosConfigSpec.singleNode",reason="FieldValueForbidden"
-// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.kubernetesVersion) || size(self.kairosConfigSpec.kubernetesVersion) == 0",message="the control plane's spec.version applies: remove it",fieldPath=".kairosConfigSpec.kubernetesVersion",reason="FieldValueForbidden"
-// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.workerToken) || size(self.kairosConfigSpec.workerToken) == 0",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".kairosConfigSpec.workerToken",reason="FieldValueForbidden"
-// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.workerTokenSecretRef)",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".kairosConfigSpec.workerTokenSecretRef",reason="FieldValueForbidden"
-// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.k0s) || !has(self.distribution) || self.distribution == 'k0s'",messageExpression="'k0s options do not apply to distribution ' + self.distribution + ': move them to spec.k3s or set distribution: k0s'",fieldPath=".kairosConfigSpec.k0s",reason="FieldValueForbidden"
-// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.k3s) || (has(self.distribution) && self.distribution == 'k3s')",messageExpression="'k3s options do not apply to distribution ' + (has(self.distribution) ? self.distribution : 'k0s') + ': move them to spec.k0s or set distribution: k3s'",fieldPath=".kairosConfigSpec.k3s",reason="FieldValueForbidden"
+// Cluster topology sets. It has the CEL rules of KairosControlPlaneSpec (embeddedConfigRules).
 type KairosControlPlaneTemplateResourceSpec struct {
+	// The CEL rules of kairosConfigSpec, as on KairosControlPlaneSpec (see embeddedConfigRules).
+	embeddedConfigRules `json:",inline"`
+
 	// distribution is the Kubernetes distribution: k0s (default) or k3s.
 	// +optional
 	Distribution bootstrapv1.Distribution `json:"distribution,omitempty"`

@@ -18,8 +18,10 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/provider/dryrun"
+	kcvalidation "github.com/kairos-capi/kairos-capi/common/provider/validation"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/controlplane/internal/desiredstate"
+	"github.com/kairos-capi/kairos-capi/controlplane/validation"
 )
 
 // +kubebuilder:webhook:verbs=create;update,path=/mutate-controlplane-cluster-x-k8s-io-v1beta2-kairoscontrolplane,mutating=true,failurePolicy=fail,groups=controlplane.cluster.x-k8s.io,resources=kairoscontrolplanes,versions=v1beta2,name=default.kairoscontrolplane.controlplane.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
@@ -47,20 +49,20 @@ func (w *KairosControlPlane) Default(_ context.Context, c *controlplanev1.Kairos
 // ValidateCreate validates a new control plane.
 func (w *KairosControlPlane) ValidateCreate(_ context.Context, c *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
 	spec := defaulted(c)
-	errs := spec.Validate(field.NewPath("spec"))
+	errs := validation.ValidateKairosControlPlaneSpec(spec, field.NewPath("spec"))
 	errs = append(errs, validateMachineNaming(&spec.MachineNaming, field.NewPath("spec"))...)
 	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, field.NewPath("spec"))...)
-	return spec.Warnings(field.NewPath("spec")), invalid("KairosControlPlane", c.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, field.NewPath("spec")))
+	return validation.KairosControlPlaneSpecWarnings(spec, field.NewPath("spec")), invalid("KairosControlPlane", c.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, field.NewPath("spec")))
 }
 
 // ValidateUpdate validates a change: the distribution is fixed and the version only moves
 // forward, one minor at a time.
 func (w *KairosControlPlane) ValidateUpdate(_ context.Context, oldC, newC *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
 	spec := defaulted(newC)
-	errs := spec.ValidateUpdate(defaulted(oldC), field.NewPath("spec"))
+	errs := validation.ValidateKairosControlPlaneSpecUpdate(spec, defaulted(oldC), field.NewPath("spec"))
 	errs = append(errs, validateMachineNaming(&spec.MachineNaming, field.NewPath("spec"))...)
 	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, field.NewPath("spec"))...)
-	return spec.Warnings(field.NewPath("spec")), invalid("KairosControlPlane", newC.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, field.NewPath("spec")))
+	return validation.KairosControlPlaneSpecWarnings(spec, field.NewPath("spec")), invalid("KairosControlPlane", newC.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, field.NewPath("spec")))
 }
 
 // validateSharedConfig applies the bootstrap provider's rules for specs many Machines share to
@@ -68,13 +70,13 @@ func (w *KairosControlPlane) ValidateUpdate(_ context.Context, oldC, newC *contr
 // the spec or in a fragment) would give them all the same name. fld is the spec holding
 // kairosConfigSpec.
 func validateSharedConfig(cfg *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
-	return cfg.ValidateTemplate(fld.Child("kairosConfigSpec"))
+	return kcvalidation.ValidateSharedKairosConfigSpec(cfg, fld.Child("kairosConfigSpec"))
 }
 
 // validateMachineNaming renders the machine naming template as the controller will, with
 // placeholder names: a template that cannot be rendered, or renders an invalid Machine name,
 // would stop the control plane at its next Machine. fld is the spec holding machineNaming. The
-// API's validation has already refused a template without {{ .random }}.
+// spec validation (package validation) has already refused a template without {{ .random }}.
 func validateMachineNaming(naming *controlplanev1.MachineNamingSpec, fld *field.Path) field.ErrorList {
 	if naming.Template == "" || !strings.Contains(naming.Template, "{{ .random }}") {
 		return nil
@@ -170,7 +172,7 @@ func validateTemplate(t *controlplanev1.KairosControlPlaneTemplate) field.ErrorL
 	spec.Default()
 	fld := field.NewPath("spec", "template", "spec")
 	errs := t.Spec.Template.ObjectMeta.Validate(field.NewPath("spec", "template", "metadata"))
-	errs = append(errs, spec.Validate(fld)...)
+	errs = append(errs, validation.ValidateKairosControlPlaneTemplateResourceSpec(spec, fld)...)
 	errs = append(errs, validateMachineNaming(&spec.MachineNaming, fld)...)
 	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, fld)...)
 	return withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, fld)

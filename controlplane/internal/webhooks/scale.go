@@ -13,6 +13,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/validation"
 )
 
 // +kubebuilder:webhook:verbs=update,path=/validate-scale-controlplane-cluster-x-k8s-io-v1beta2-kairoscontrolplane,mutating=false,failurePolicy=fail,matchPolicy=Equivalent,groups=controlplane.cluster.x-k8s.io,resources=kairoscontrolplanes/scale,versions=v1beta2,name=validation-scale.kairoscontrolplane.controlplane.cluster.x-k8s.io,sideEffects=None,admissionReviewVersions=v1
@@ -44,10 +45,10 @@ func (v *ScaleValidator) Handle(ctx context.Context, req admission.Request) admi
 	spec := defaulted(kcp)
 	replicas := scale.Spec.Replicas
 	spec.Replicas = &replicas
-	errs := spec.Validate(field.NewPath("spec"))
+	errs := validation.ValidateKairosControlPlaneSpec(spec, field.NewPath("spec"))
 	errs = append(errs, validateMachineNaming(&spec.MachineNaming, field.NewPath("spec"))...)
 	if len(errs) > 0 {
 		return admission.Denied(errs.ToAggregate().Error())
 	}
-	return admission.Allowed("").WithWarnings(spec.Warnings(field.NewPath("spec"))...)
+	return admission.Allowed("").WithWarnings(validation.KairosControlPlaneSpecWarnings(spec, field.NewPath("spec"))...)
 }

@@ -1,4 +1,18 @@
-package v1beta2
+// Package validation is the Go validation of a KairosConfigSpec, which the admission webhooks
+// of both providers run: the bootstrap provider's for KairosConfigs and KairosConfigTemplates,
+// the control-plane provider's for the kairosConfigSpec a KairosControlPlane embeds. It lives
+// here, beside the dry render (package dryrun), rather than in the bootstrap API package: its
+// rules share the renderer's grammar (common/syntax), and an API package that imported it would
+// make every consumer of the API types require the renderer and yip. The API packages keep
+// types, defaults and CEL rules.
+//
+// The rules the CRDs also hold as CEL rules are checked here again, in the CEL rules' words
+// (the msg* and fmt* constants below, which TestMessagesAreTheCRDs compares with the generated
+// CRDs): the API server never calls the webhooks for an object its CEL rules refuse, but the
+// checks here run where no API server does (the offline preview, the release checks of the
+// shipped templates) and on a control plane's embedded spec with the role and distribution the
+// control plane gives it.
+package validation
 
 import (
 	"encoding/base64"
@@ -7,10 +21,11 @@ import (
 	"regexp"
 	"strings"
 
-	"k8s.io/apimachinery/pkg/util/validation"
+	k8svalidation "k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/apimachinery/pkg/util/validation/field"
 	"sigs.k8s.io/yaml"
 
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/syntax"
 )
 
@@ -25,6 +40,26 @@ var (
 	sshKeyTypes     = []string{"ssh-rsa", "ssh-ed25519", "ecdsa-sha2-nistp256", "ecdsa-sha2-nistp384", "ecdsa-sha2-nistp521", "sk-ssh-ed25519@openssh.com", "sk-ecdsa-sha2-nistp256@openssh.com"}
 )
 
+// The messages of the rules the CRDs also hold as CEL rules, in the CEL rules' words (the CRD
+// markers cannot name Go constants: TestMessagesAreTheCRDs compares these with the generated
+// CRDs, so that a rule worded differently in one place fails a test instead of confusing users).
+// fmt* take the distribution, as the CEL rules' messageExpression does.
+const (
+	msgPasswordTwice             = "userPassword and userPasswordSecretRef are mutually exclusive: keep only userPasswordSecretRef"
+	msgWorkerTokenTwice          = "workerToken and workerTokenSecretRef are mutually exclusive: keep only workerTokenSecretRef"
+	msgHostnameAndPrefix         = "hostname and hostnamePrefix are mutually exclusive: a template shared by many Machines should use hostnamePrefix only"
+	msgContentTwice              = "content and contentFrom are mutually exclusive: keep one"
+	msgContentMissing            = "set content, or contentFrom to read it from a Secret"
+	msgRebootAndPoweroff         = "reboot and poweroff are mutually exclusive: keep reboot to boot into the installed system"
+	msgStaysInInstaller          = "the machine would stay in the live installer, where the node never bootstraps: remove reboot: false (it defaults to true), or set poweroff if the infrastructure boots the machine again"
+	msgSingleNodeWorker          = "only control-plane nodes can be single-node: remove singleNode or set role: control-plane"
+	msgWorkerTokenOnControlPlane = "only workers use a worker token: remove it (control-plane credentials are generated)"
+	msgManifestsOnWorker         = "manifests are applied by the control plane: move them to the control-plane KairosConfig (or KairosControlPlane)"
+	msgK0sConfigOnWorker         = "the k0s ClusterConfig is read by controllers only: remove it from worker configs"
+	fmtK0sOptionsElsewhere       = "k0s options do not apply to distribution %s: move them to spec.k3s or set distribution: k0s"
+	fmtK3sOptionsElsewhere       = "k3s options do not apply to distribution %s: move them to spec.k0s or set distribution: k3s"
+)
+
 // redacted stands in for secret values in error messages.
 const redacted = "<redacted>"
 
@@ -33,20 +68,20 @@ const redacted = "<redacted>"
 // the common module, the only copy of those rules: admission runs it through the bootstrap
 // provider's dry render, and the controller again with the Secrets' content.
 
-// Validate checks a defaulted KairosConfigSpec. Every error names the field and says how to
-// fix it. path is the spec's field path (spec, or spec.template.spec for templates).
-func (s *KairosConfigSpec) Validate(fld *field.Path) field.ErrorList {
+// ValidateKairosConfigSpec checks a defaulted KairosConfigSpec. Every error names the field and
+// says how to fix it. fld is the spec's field path (spec, or spec.template.spec for templates).
+func ValidateKairosConfigSpec(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	var errs field.ErrorList
 
 	switch s.Role {
-	case RoleControlPlane, RoleWorker:
+	case bootstrapv1.RoleControlPlane, bootstrapv1.RoleWorker:
 	default:
-		errs = append(errs, field.NotSupported(fld.Child("role"), s.Role, []Role{RoleControlPlane, RoleWorker}))
+		errs = append(errs, field.NotSupported(fld.Child("role"), s.Role, []bootstrapv1.Role{bootstrapv1.RoleControlPlane, bootstrapv1.RoleWorker}))
 	}
 	switch s.Distribution {
-	case DistributionK0s, DistributionK3s:
+	case bootstrapv1.DistributionK0s, bootstrapv1.DistributionK3s:
 	default:
-		errs = append(errs, field.NotSupported(fld.Child("distribution"), s.Distribution, []Distribution{DistributionK0s, DistributionK3s}))
+		errs = append(errs, field.NotSupported(fld.Child("distribution"), s.Distribution, []bootstrapv1.Distribution{bootstrapv1.DistributionK0s, bootstrapv1.DistributionK3s}))
 	}
 	if s.KubernetesVersion != "" {
 		if _, err := syntax.ParseKubernetesVersion(s.KubernetesVersion); err != nil {
@@ -54,43 +89,43 @@ func (s *KairosConfigSpec) Validate(fld *field.Path) field.ErrorList {
 				"must be a semantic version with a leading v, for example v1.31.2"))
 		}
 	}
-	if s.SingleNode && s.Role != RoleControlPlane {
+	if s.SingleNode && s.Role != bootstrapv1.RoleControlPlane {
 		errs = append(errs, field.Forbidden(fld.Child("singleNode"),
-			"only control-plane nodes can be single-node: remove singleNode or set role: control-plane"))
+			msgSingleNodeWorker))
 	}
 
-	errs = append(errs, s.validateUser(fld)...)
-	errs = append(errs, s.validateWorkerToken(fld)...)
-	errs = append(errs, s.validateManifests(fld.Child("manifests"))...)
-	errs = append(errs, s.validateFiles(fld.Child("files"))...)
-	errs = append(errs, s.validateHostname(fld)...)
-	errs = append(errs, s.validateInstall(fld.Child("install"))...)
-	errs = append(errs, s.validateDistributionOptions(fld)...)
-	errs = append(errs, s.validateFragments(fld.Child("cloudConfigFragments"))...)
+	errs = append(errs, validateUser(s, fld)...)
+	errs = append(errs, validateWorkerToken(s, fld)...)
+	errs = append(errs, validateManifests(s, fld.Child("manifests"))...)
+	errs = append(errs, validateFiles(s, fld.Child("files"))...)
+	errs = append(errs, validateHostname(s, fld)...)
+	errs = append(errs, validateInstall(s, fld.Child("install"))...)
+	errs = append(errs, validateDistributionOptions(s, fld)...)
+	errs = append(errs, validateFragments(s, fld.Child("cloudConfigFragments"))...)
 	return errs
 }
 
-// Warnings returns admission warnings for a defaulted spec.
-func (s *KairosConfigSpec) Warnings(fld *field.Path) []string {
+// KairosConfigSpecWarnings returns the admission warnings of a defaulted spec.
+func KairosConfigSpecWarnings(s *bootstrapv1.KairosConfigSpec, fld *field.Path) []string {
 	var warnings []string
 	if s.UsesDefaultPassword() {
 		warnings = append(warnings, fmt.Sprintf("%s: the login user %q has the well-known development password %q; "+
 			"set %s or %s, or authorize keys with %s or %s",
-			fld.Child("userPassword"), s.UserName, DefaultUserPassword, fld.Child("userPassword"),
+			fld.Child("userPassword"), s.UserName, bootstrapv1.DefaultUserPassword, fld.Child("userPassword"),
 			fld.Child("userPasswordSecretRef"), fld.Child("githubUser"), fld.Child("sshPublicKey")))
 	}
 	if s.WorkerToken != "" {
 		warnings = append(warnings, fmt.Sprintf("%s is stored in plain text in the object; prefer %s",
 			fld.Child("workerToken"), fld.Child("workerTokenSecretRef")))
 	}
-	if s.VirtualIP != nil && s.VirtualIP.VirtualRouterID != 0 && s.Distribution == DistributionK3s {
+	if s.VirtualIP != nil && s.VirtualIP.VirtualRouterID != 0 && s.Distribution == bootstrapv1.DistributionK3s {
 		warnings = append(warnings, fmt.Sprintf("%s has no effect with k3s: kube-vip elects the holder of the virtual IP with a Kubernetes lease, not VRRP",
 			fld.Child("virtualIP", "virtualRouterID")))
 	}
 	return warnings
 }
 
-func (s *KairosConfigSpec) validateUser(fld *field.Path) field.ErrorList {
+func validateUser(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if !syntax.IsLinuxName(s.UserName) {
 		errs = append(errs, field.Invalid(fld.Child("userName"), s.UserName,
@@ -98,7 +133,7 @@ func (s *KairosConfigSpec) validateUser(fld *field.Path) field.ErrorList {
 	}
 	if s.UserPassword != "" && s.UserPasswordSecretRef != nil {
 		errs = append(errs, field.Forbidden(fld.Child("userPassword"),
-			"userPassword and userPasswordSecretRef are mutually exclusive: keep only userPasswordSecretRef"))
+			msgPasswordTwice))
 	}
 	errs = append(errs, validateSecretRef(fld.Child("userPasswordSecretRef"), s.UserPasswordSecretRef)...)
 	for i, g := range s.UserGroups {
@@ -119,27 +154,27 @@ func (s *KairosConfigSpec) validateUser(fld *field.Path) field.ErrorList {
 	return errs
 }
 
-func (s *KairosConfigSpec) validateWorkerToken(fld *field.Path) field.ErrorList {
+func validateWorkerToken(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if s.WorkerToken != "" && s.WorkerTokenSecretRef != nil {
 		errs = append(errs, field.Forbidden(fld.Child("workerToken"),
-			"workerToken and workerTokenSecretRef are mutually exclusive: keep only workerTokenSecretRef"))
+			msgWorkerTokenTwice))
 	}
-	if s.Role == RoleControlPlane {
+	if s.Role == bootstrapv1.RoleControlPlane {
 		if s.WorkerToken != "" {
 			errs = append(errs, field.Forbidden(fld.Child("workerToken"),
-				"only workers use a worker token: remove it (control-plane credentials are generated)"))
+				msgWorkerTokenOnControlPlane))
 		}
 		if s.WorkerTokenSecretRef != nil {
 			errs = append(errs, field.Forbidden(fld.Child("workerTokenSecretRef"),
-				"only workers use a worker token: remove it (control-plane credentials are generated)"))
+				msgWorkerTokenOnControlPlane))
 		}
 	}
-	if s.WorkerToken != "" && s.Distribution == DistributionK0s && !looksLikeK0sJoinToken(s.WorkerToken) {
+	if s.WorkerToken != "" && s.Distribution == bootstrapv1.DistributionK0s && !looksLikeK0sJoinToken(s.WorkerToken) {
 		errs = append(errs, field.Invalid(fld.Child("workerToken"), redacted,
 			"is not a k0s join token (base64 of a gzip-compressed kubeconfig): create one with `k0s token create --role=worker`, or leave it empty to let the provider generate one"))
 	}
-	if s.WorkerToken != "" && s.Distribution == DistributionK3s && !k3sTokenPattern.MatchString(strings.TrimSpace(s.WorkerToken)) {
+	if s.WorkerToken != "" && s.Distribution == bootstrapv1.DistributionK3s && !k3sTokenPattern.MatchString(strings.TrimSpace(s.WorkerToken)) {
 		errs = append(errs, field.Invalid(fld.Child("workerToken"), redacted,
 			"is not a k3s secure agent token (K10<sha256 of the server CA>::node:<password>, as in /var/lib/rancher/k3s/server/agent-token), which lets the node verify the server: copy it from a server, or leave it empty to use the cluster's agent token"))
 	}
@@ -147,11 +182,11 @@ func (s *KairosConfigSpec) validateWorkerToken(fld *field.Path) field.ErrorList 
 	return errs
 }
 
-func (s *KairosConfigSpec) validateManifests(fld *field.Path) field.ErrorList {
+func validateManifests(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if len(s.Manifests) > 0 && s.Role != RoleControlPlane {
+	if len(s.Manifests) > 0 && s.Role != bootstrapv1.RoleControlPlane {
 		errs = append(errs, field.Forbidden(fld,
-			"manifests are applied by the control plane: move them to the control-plane KairosConfig (or KairosControlPlane)"))
+			msgManifestsOnWorker))
 	}
 	seen := map[string]bool{}
 	for i, m := range s.Manifests {
@@ -169,7 +204,7 @@ func (s *KairosConfigSpec) validateManifests(fld *field.Path) field.ErrorList {
 	return errs
 }
 
-func (s *KairosConfigSpec) validateFiles(fld *field.Path) field.ErrorList {
+func validateFiles(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	seen := map[string]bool{}
 	for i, f := range s.Files {
@@ -195,31 +230,31 @@ func (s *KairosConfigSpec) validateFiles(fld *field.Path) field.ErrorList {
 	return errs
 }
 
-func (s *KairosConfigSpec) validateHostname(fld *field.Path) field.ErrorList {
+func validateHostname(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if s.Hostname != "" && s.HostnamePrefix != "" {
 		errs = append(errs, field.Forbidden(fld.Child("hostnamePrefix"),
-			"hostname and hostnamePrefix are mutually exclusive: a template shared by many Machines should use hostnamePrefix only"))
+			msgHostnameAndPrefix))
 	}
 	if s.Hostname != "" {
-		for _, msg := range validation.IsDNS1123Label(s.Hostname) {
+		for _, msg := range k8svalidation.IsDNS1123Label(s.Hostname) {
 			errs = append(errs, field.Invalid(fld.Child("hostname"), s.Hostname, msg))
 		}
 	}
-	if s.HostnamePrefix != "" && s.ProviderID.Source == ProviderIDFromMachine {
+	if s.HostnamePrefix != "" && s.ProviderID.Source == bootstrapv1.ProviderIDFromMachine {
 		errs = append(errs, field.Forbidden(fld.Child("hostnamePrefix"),
 			"with providerID.source Machine (the default) each node is named after its Machine, so that the controller can give its Node the Machine's provider ID; a prefix with a machine-id suffix makes names it cannot predict: remove hostnamePrefix, or set providerID.source to Distribution"))
 	}
 	if s.HostnamePrefix != "" {
 		// The prefix is followed by a suffix, so it may end with a hyphen.
-		for _, msg := range validation.IsDNS1123Label(strings.TrimSuffix(s.HostnamePrefix, "-") + "x") {
+		for _, msg := range k8svalidation.IsDNS1123Label(strings.TrimSuffix(s.HostnamePrefix, "-") + "x") {
 			errs = append(errs, field.Invalid(fld.Child("hostnamePrefix"), s.HostnamePrefix, msg))
 		}
 	}
 	return errs
 }
 
-func (s *KairosConfigSpec) validateInstall(fld *field.Path) field.ErrorList {
+func validateInstall(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	if s.Install == nil {
 		return nil
 	}
@@ -230,10 +265,10 @@ func (s *KairosConfigSpec) validateInstall(fld *field.Path) field.ErrorList {
 	switch {
 	case reboot && s.Install.Poweroff:
 		errs = append(errs, field.Forbidden(fld.Child("poweroff"),
-			"reboot and poweroff are mutually exclusive: keep reboot to boot into the installed system"))
+			msgRebootAndPoweroff))
 	case noReboot && !s.Install.Poweroff && (s.Install.Auto == nil || *s.Install.Auto):
 		errs = append(errs, field.Invalid(fld.Child("reboot"), false,
-			"the machine would stay in the live installer, where the node never bootstraps: remove reboot: false (it defaults to true), or set poweroff if the infrastructure boots the machine again"))
+			msgStaysInInstaller))
 	}
 	if d := s.Install.Device; d != "" && d != "auto" && (!strings.HasPrefix(d, "/dev/") || path.Clean(d) != d) {
 		errs = append(errs, field.Invalid(fld.Child("device"), d,
@@ -242,21 +277,21 @@ func (s *KairosConfigSpec) validateInstall(fld *field.Path) field.ErrorList {
 	return errs
 }
 
-func (s *KairosConfigSpec) validateDistributionOptions(fld *field.Path) field.ErrorList {
+func validateDistributionOptions(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	var errs field.ErrorList
-	if s.K0s != nil && s.Distribution != DistributionK0s {
+	if s.K0s != nil && s.Distribution != bootstrapv1.DistributionK0s {
 		errs = append(errs, field.Forbidden(fld.Child("k0s"),
-			fmt.Sprintf("k0s options do not apply to distribution %s: move them to spec.k3s or set distribution: k0s", s.Distribution)))
+			fmt.Sprintf(fmtK0sOptionsElsewhere, s.Distribution)))
 	}
-	if s.K3s != nil && s.Distribution != DistributionK3s {
+	if s.K3s != nil && s.Distribution != bootstrapv1.DistributionK3s {
 		errs = append(errs, field.Forbidden(fld.Child("k3s"),
-			fmt.Sprintf("k3s options do not apply to distribution %s: move them to spec.k0s or set distribution: k3s", s.Distribution)))
+			fmt.Sprintf(fmtK3sOptionsElsewhere, s.Distribution)))
 	}
 	for _, o := range []struct {
 		name string
-		opts *DistributionOptions
-		dist Distribution
-	}{{"k0s", s.K0s, DistributionK0s}, {"k3s", s.K3s, DistributionK3s}} {
+		opts *bootstrapv1.DistributionOptions
+		dist bootstrapv1.Distribution
+	}{{"k0s", s.K0s, bootstrapv1.DistributionK0s}, {"k3s", s.K3s, bootstrapv1.DistributionK3s}} {
 		if o.opts == nil {
 			continue
 		}
@@ -269,16 +304,16 @@ func (s *KairosConfigSpec) validateDistributionOptions(fld *field.Path) field.Er
 		}
 		if o.opts.Config != "" {
 			cp := p.Child("config")
-			if o.dist == DistributionK0s && s.Role != RoleControlPlane {
+			if o.dist == bootstrapv1.DistributionK0s && s.Role != bootstrapv1.RoleControlPlane {
 				errs = append(errs, field.Forbidden(cp,
-					"the k0s ClusterConfig is read by controllers only: remove it from worker configs"))
+					msgK0sConfigOnWorker))
 			}
 		}
 	}
 	return errs
 }
 
-func (s *KairosConfigSpec) validateFragments(fld *field.Path) field.ErrorList {
+func validateFragments(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	seen := map[string]bool{}
 	for i, f := range s.CloudConfigFragments {
@@ -288,19 +323,19 @@ func (s *KairosConfigSpec) validateFragments(fld *field.Path) field.ErrorList {
 		}
 		seen[f.Name] = true
 		switch f.Position {
-		case FragmentAppend, FragmentPrepend:
+		case bootstrapv1.FragmentAppend, bootstrapv1.FragmentPrepend:
 		default:
-			errs = append(errs, field.NotSupported(p.Child("position"), f.Position, []FragmentPosition{FragmentAppend, FragmentPrepend}))
+			errs = append(errs, field.NotSupported(p.Child("position"), f.Position, []bootstrapv1.FragmentPosition{bootstrapv1.FragmentAppend, bootstrapv1.FragmentPrepend}))
 		}
 		errs = append(errs, validateContent(p, f.Content, f.ContentFrom)...)
 	}
 	return errs
 }
 
-// ValidateTemplate adds the rules of specs that many Machines share (KairosConfigTemplates,
-// and the KairosConfig spec a control plane stamps onto each of its Machines): a literal
-// hostname would give every one of them the same name.
-func (s *KairosConfigSpec) ValidateTemplate(fld *field.Path) field.ErrorList {
+// ValidateSharedKairosConfigSpec adds the rules of specs that many Machines share
+// (KairosConfigTemplates, and the KairosConfig spec a control plane stamps onto each of its
+// Machines): a literal hostname would give every one of them the same name.
+func ValidateSharedKairosConfigSpec(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if s.Hostname != "" {
 		errs = append(errs, field.Forbidden(fld.Child("hostname"), fmt.Sprintf(
@@ -319,27 +354,27 @@ func (s *KairosConfigSpec) ValidateTemplate(fld *field.Path) field.ErrorList {
 	return errs
 }
 
-func validateContent(fld *field.Path, content string, from *SecretKeyReference) field.ErrorList {
+func validateContent(fld *field.Path, content string, from *bootstrapv1.SecretKeyReference) field.ErrorList {
 	var errs field.ErrorList
 	switch {
 	case content != "" && from != nil:
-		errs = append(errs, field.Forbidden(fld.Child("contentFrom"), "content and contentFrom are mutually exclusive: keep one"))
+		errs = append(errs, field.Forbidden(fld.Child("contentFrom"), msgContentTwice))
 	case content == "" && from == nil:
-		errs = append(errs, field.Required(fld.Child("content"), "set content, or contentFrom to read it from a Secret"))
+		errs = append(errs, field.Required(fld.Child("content"), msgContentMissing))
 	}
 	return append(errs, validateSecretRef(fld.Child("contentFrom"), from)...)
 }
 
-func validateSecretRef(fld *field.Path, ref *SecretKeyReference) field.ErrorList {
+func validateSecretRef(fld *field.Path, ref *bootstrapv1.SecretKeyReference) field.ErrorList {
 	if ref == nil {
 		return nil
 	}
 	var errs field.ErrorList
-	for _, msg := range validation.IsDNS1123Subdomain(ref.Name) {
+	for _, msg := range k8svalidation.IsDNS1123Subdomain(ref.Name) {
 		errs = append(errs, field.Invalid(fld.Child("name"), ref.Name, "must be the name of a Secret in this namespace: "+msg))
 	}
 	if ref.Key != "" {
-		for _, msg := range validation.IsConfigMapKey(ref.Key) {
+		for _, msg := range k8svalidation.IsConfigMapKey(ref.Key) {
 			errs = append(errs, field.Invalid(fld.Child("key"), ref.Key, "must be a key of the Secret's data: "+msg))
 		}
 	}

@@ -1,4 +1,4 @@
-package v1beta2_test
+package validation_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/common/provider/validation"
 )
 
 // Well-formed values for the fields whose format is checked.
@@ -27,6 +28,12 @@ func gzipBase64(s string) string {
 	_, _ = zw.Write([]byte(s))
 	_ = zw.Close()
 	return base64.StdEncoding.EncodeToString(buf.Bytes())
+}
+
+func boolPtr(b bool) *bool { return &b }
+
+func secretRef(name, key string) *bootstrapv1.SecretKeyReference {
+	return &bootstrapv1.SecretKeyReference{Name: name, Key: key}
 }
 
 func spec(role bootstrapv1.Role, dist bootstrapv1.Distribution) bootstrapv1.KairosConfigSpec {
@@ -402,7 +409,7 @@ func TestValidate(t *testing.T) {
 			if tc.mutate != nil {
 				tc.mutate(&s)
 			}
-			checkErrors(t, s.Validate(field.NewPath("spec")), tc.want)
+			checkErrors(t, validation.ValidateKairosConfigSpec(&s, field.NewPath("spec")), tc.want)
 		})
 	}
 }
@@ -437,7 +444,7 @@ func TestValidateReportsEveryProblem(t *testing.T) {
 	s.UserName = "Root"
 	s.Hostname = "a_b"
 	s.Files = []bootstrapv1.File{{Path: "rel"}}
-	checkErrors(t, s.Validate(field.NewPath("spec")), []wantErr{
+	checkErrors(t, validation.ValidateKairosConfigSpec(&s, field.NewPath("spec")), []wantErr{
 		e("spec.role", field.ErrorTypeNotSupported),
 		e("spec.kubernetesVersion", field.ErrorTypeInvalid),
 		e("spec.userName", field.ErrorTypeInvalid),
@@ -452,7 +459,7 @@ func TestValidateUsesTheGivenPath(t *testing.T) {
 	s.SingleNode = true
 	s.Role = bootstrapv1.RoleWorker
 	s.Files = []bootstrapv1.File{{Path: "/a", Content: "x", Permissions: "x"}}
-	checkErrors(t, s.Validate(field.NewPath("spec", "template", "spec")), []wantErr{
+	checkErrors(t, validation.ValidateKairosConfigSpec(&s, field.NewPath("spec", "template", "spec")), []wantErr{
 		e("spec.template.spec.singleNode", field.ErrorTypeForbidden, "set role: control-plane"),
 		e("spec.template.spec.files[0].permissions", field.ErrorTypeInvalid),
 	})
@@ -510,7 +517,7 @@ func TestWarnings(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.spec()
-			got := s.Warnings(tc.path)
+			got := validation.KairosConfigSpecWarnings(&s, tc.path)
 			if len(got) != len(tc.want) {
 				t.Fatalf("got %d warnings %q, want %d", len(got), got, len(tc.want))
 			}
@@ -576,9 +583,9 @@ func TestMessagesNeverContainSecrets(t *testing.T) {
 
 	checked := 0
 	for name, s := range specs {
-		errs := s.Validate(field.NewPath("spec"))
+		errs := validation.ValidateKairosConfigSpec(&s, field.NewPath("spec"))
 		var texts []string
-		texts = append(texts, s.Warnings(field.NewPath("spec"))...)
+		texts = append(texts, validation.KairosConfigSpecWarnings(&s, field.NewPath("spec"))...)
 		for _, err := range errs {
 			texts = append(texts, err.Error(), err.Detail, fmt.Sprintf("%v", err.BadValue))
 		}
@@ -598,7 +605,7 @@ func TestMessagesNeverContainSecrets(t *testing.T) {
 	}
 }
 
-func TestValidateTemplate(t *testing.T) {
+func TestValidateSharedKairosConfigSpec(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		spec bootstrapv1.KairosConfigSpec
@@ -612,7 +619,7 @@ func TestValidateTemplate(t *testing.T) {
 		{"hostname prefix", bootstrapv1.KairosConfigSpec{HostnamePrefix: "node-", ProviderID: bootstrapv1.ProviderIDSpec{Source: bootstrapv1.ProviderIDFromDistribution}}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			checkErrors(t, tc.spec.ValidateTemplate(field.NewPath("spec", "template", "spec")), tc.want)
+			checkErrors(t, validation.ValidateSharedKairosConfigSpec(&tc.spec, field.NewPath("spec", "template", "spec")), tc.want)
 		})
 	}
 }

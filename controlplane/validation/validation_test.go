@@ -1,4 +1,4 @@
-package v1beta2_test
+package validation_test
 
 import (
 	"strings"
@@ -11,9 +11,12 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/validation"
 )
 
 var specPath = field.NewPath("spec")
+
+func surge(v int32) *intstr.IntOrString { s := intstr.FromInt32(v); return &s }
 
 // validSpec is a KairosControlPlane spec every failing case below breaks in one way.
 func validSpec() controlplanev1.KairosControlPlaneSpec {
@@ -167,7 +170,7 @@ func TestValidateRejects(t *testing.T) {
 			s := validSpec()
 			tc.mutate(&s)
 			s.Default()
-			check(t, s.Validate(specPath), tc.field, tc.want...)
+			check(t, validation.ValidateKairosControlPlaneSpec(&s, specPath), tc.field, tc.want...)
 		})
 	}
 }
@@ -233,7 +236,7 @@ func TestValidateAccepts(t *testing.T) {
 			s := validSpec()
 			tc.mutate(&s)
 			s.Default()
-			check(t, s.Validate(specPath), "")
+			check(t, validation.ValidateKairosControlPlaneSpec(&s, specPath), "")
 		})
 	}
 }
@@ -245,7 +248,7 @@ func TestValidateErrorsCarryFieldAndFix(t *testing.T) {
 		s := validSpec()
 		tc.mutate(&s)
 		s.Default()
-		for _, e := range s.Validate(specPath) {
+		for _, e := range validation.ValidateKairosControlPlaneSpec(&s, specPath) {
 			if !strings.HasPrefix(e.Field, "spec.") {
 				t.Errorf("%s: error outside spec: %v", tc.name, e)
 			}
@@ -301,7 +304,7 @@ func TestValidateUpdate(t *testing.T) {
 			}
 			oldS.Default()
 			newS.Default()
-			errs := newS.ValidateUpdate(&oldS, specPath)
+			errs := validation.ValidateKairosControlPlaneSpecUpdate(&newS, &oldS, specPath)
 			check(t, errs, tc.field, tc.want...)
 			if tc.field != "" && len(errs) != 1 {
 				t.Errorf("want exactly one error, got %v", errs.ToAggregate())
@@ -339,7 +342,7 @@ func TestWarnings(t *testing.T) {
 				tc.mutate(&s)
 			}
 			s.Default()
-			got := s.Warnings(specPath)
+			got := validation.KairosControlPlaneSpecWarnings(&s, specPath)
 			if len(got) != len(tc.want) {
 				t.Fatalf("want %d warnings, got %d: %q", len(tc.want), len(got), got)
 			}
@@ -429,7 +432,7 @@ func TestTemplateValidate(t *testing.T) {
 				tc.mutate(&s)
 			}
 			s.Default()
-			check(t, s.Validate(tmplPath), tc.field, tc.want...)
+			check(t, validation.ValidateKairosControlPlaneTemplateResourceSpec(&s, tmplPath), tc.field, tc.want...)
 		})
 	}
 }

@@ -1,4 +1,11 @@
-package v1beta2
+// Package validation is the Go validation of KairosControlPlane and KairosControlPlaneTemplate
+// specs that the control-plane provider's admission webhooks run. It is not in the API package:
+// it shares the renderer's grammar (common/syntax) and checks the embedded kairosConfigSpec with
+// the bootstrap provider's rules (common/provider/validation), and an API package that imported
+// those would make every consumer of the API types require the renderer and yip. It is not
+// internal either, so that the release checks of the shipped templates and the integration
+// tests run the webhooks' rules, not a copy.
+package validation
 
 import (
 	"fmt"
@@ -9,7 +16,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/version"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	kcvalidation "github.com/kairos-capi/kairos-capi/common/provider/validation"
 	"github.com/kairos-capi/kairos-capi/common/syntax"
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
 
 // minimumK0sVersion is the first k0s release with the declarative etcd member API
@@ -17,8 +26,8 @@ import (
 // declarative way to remove an etcd member" (docs.k0sproject.io, remove_controller).
 var minimumK0sVersion = version.MustParseSemantic("v1.30.0")
 
-// Validate checks a defaulted KairosControlPlaneSpec.
-func (s *KairosControlPlaneSpec) Validate(fld *field.Path) field.ErrorList {
+// ValidateKairosControlPlaneSpec checks a defaulted KairosControlPlaneSpec.
+func ValidateKairosControlPlaneSpec(s *controlplanev1.KairosControlPlaneSpec, fld *field.Path) field.ErrorList {
 	var errs field.ErrorList
 	if s.Replicas != nil && *s.Replicas < 1 {
 		errs = append(errs, field.Invalid(fld.Child("replicas"), *s.Replicas,
@@ -52,20 +61,21 @@ func (s *KairosControlPlaneSpec) Validate(fld *field.Path) field.ErrorList {
 	return errs
 }
 
-// Warnings returns admission warnings for a defaulted spec.
-func (s *KairosControlPlaneSpec) Warnings(fld *field.Path) []string {
+// KairosControlPlaneSpecWarnings returns the admission warnings of a defaulted spec.
+func KairosControlPlaneSpecWarnings(s *controlplanev1.KairosControlPlaneSpec, fld *field.Path) []string {
 	var warnings []string
 	if s.KairosConfigTemplate == nil {
 		cfg := asMachineConfig(&s.KairosConfigSpec, s.Distribution)
-		warnings = append(warnings, cfg.Warnings(fld.Child("kairosConfigSpec"))...)
+		warnings = append(warnings, kcvalidation.KairosConfigSpecWarnings(cfg, fld.Child("kairosConfigSpec"))...)
 	}
 	return warnings
 }
 
-// ValidateUpdate checks a change of a defaulted spec: the distribution is fixed, and the
-// version moves forward at most one minor at a time.
-func (s *KairosControlPlaneSpec) ValidateUpdate(old *KairosControlPlaneSpec, fld *field.Path) field.ErrorList {
-	errs := s.Validate(fld)
+// ValidateKairosControlPlaneSpecUpdate checks a change of a defaulted spec (old to s): what
+// ValidateKairosControlPlaneSpec checks, the distribution is fixed, and the version moves
+// forward at most one minor at a time.
+func ValidateKairosControlPlaneSpecUpdate(s, old *controlplanev1.KairosControlPlaneSpec, fld *field.Path) field.ErrorList {
+	errs := ValidateKairosControlPlaneSpec(s, fld)
 	if old.Distribution != "" && s.Distribution != old.Distribution {
 		errs = append(errs, field.Forbidden(fld.Child("distribution"),
 			fmt.Sprintf("cannot change from %s to %s: a cluster cannot switch distribution in place; create a new cluster and move the workloads", old.Distribution, s.Distribution)))
@@ -85,15 +95,15 @@ func (s *KairosControlPlaneSpec) ValidateUpdate(old *KairosControlPlaneSpec, fld
 	return errs
 }
 
-// Validate checks a defaulted template spec.
-func (s *KairosControlPlaneTemplateResourceSpec) Validate(fld *field.Path) field.ErrorList {
+// ValidateKairosControlPlaneTemplateResourceSpec checks a defaulted template spec.
+func ValidateKairosControlPlaneTemplateResourceSpec(s *controlplanev1.KairosControlPlaneTemplateResourceSpec, fld *field.Path) field.ErrorList {
 	errs := s.MachineTemplate.ObjectMeta.Validate(fld.Child("machineTemplate", "metadata"))
 	return append(errs, validateShared(fld, s.Distribution, &s.KairosConfigSpec, s.KairosConfigTemplate, &s.Rollout, &s.MachineNaming, &s.Kubeconfig)...)
 }
 
 // validateShared checks the fields a KairosControlPlane and its template have in common.
-func validateShared(fld *field.Path, dist bootstrapv1.Distribution, cfg *bootstrapv1.KairosConfigSpec, tmpl *KairosConfigTemplateReference,
-	rollout *KairosControlPlaneRolloutSpec, naming *MachineNamingSpec, kubeconfig *KairosControlPlaneKubeconfigSpec) field.ErrorList {
+func validateShared(fld *field.Path, dist bootstrapv1.Distribution, cfg *bootstrapv1.KairosConfigSpec, tmpl *controlplanev1.KairosConfigTemplateReference,
+	rollout *controlplanev1.KairosControlPlaneRolloutSpec, naming *controlplanev1.MachineNamingSpec, kubeconfig *controlplanev1.KairosControlPlaneKubeconfigSpec) field.ErrorList {
 	var errs field.ErrorList
 	switch dist {
 	case bootstrapv1.DistributionK0s, bootstrapv1.DistributionK3s:
@@ -120,11 +130,11 @@ func validateShared(fld *field.Path, dist bootstrapv1.Distribution, cfg *bootstr
 		errs = append(errs, field.Forbidden(cfgPath.Child("kubernetesVersion"), "the control plane's spec.version applies: remove it"))
 	}
 	if tmpl == nil && (dist == bootstrapv1.DistributionK0s || dist == bootstrapv1.DistributionK3s) {
-		errs = append(errs, asMachineConfig(cfg, dist).Validate(cfgPath)...)
+		errs = append(errs, kcvalidation.ValidateKairosConfigSpec(asMachineConfig(cfg, dist), cfgPath)...)
 	}
 
-	if t := rollout.Strategy.Type; t != "" && t != RollingUpdateStrategyType {
-		errs = append(errs, field.NotSupported(fld.Child("rollout", "strategy", "type"), t, []RolloutStrategyType{RollingUpdateStrategyType}))
+	if t := rollout.Strategy.Type; t != "" && t != controlplanev1.RollingUpdateStrategyType {
+		errs = append(errs, field.NotSupported(fld.Child("rollout", "strategy", "type"), t, []controlplanev1.RolloutStrategyType{controlplanev1.RollingUpdateStrategyType}))
 	}
 	if surge := rollout.Strategy.RollingUpdate.MaxSurge; surge != nil {
 		if s := surge.String(); s != "0" && s != "1" {
