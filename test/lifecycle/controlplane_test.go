@@ -181,7 +181,7 @@ func (c *cpCluster) waitSettled(n int, version string, timeout time.Duration) []
 			}
 			nodes[m.Status.NodeRef.Name] = true
 		}
-		members := c.SimCluster(c.ctx).EtcdMembers()
+		members := c.SimCluster(c.ctx).EtcdMembers() // nil-safe: retried while the cluster cannot be found
 		if len(members) != n {
 			return fmt.Errorf("%d etcd members %+v, want %d", len(members), members, n)
 		}

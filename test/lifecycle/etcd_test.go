@@ -103,9 +103,27 @@ func (c *cpCluster) machineByName(name string) *clusterv1.Machine {
 	return nil
 }
 
+// waitLeaveRequest waits until the distribution is (or is no longer) asked to remove the etcd
+// member of Machine m.
+func (c *cpCluster) waitLeaveRequest(sim *simnode.Cluster, m clusterv1.Machine, want bool) {
+	c.t.Helper()
+	framework.Eventually(c.t, time.Minute, func() error {
+		asked, err := sim.LeaveRequested(c.ctx, m.Status.NodeRef.Name)
+		if err != nil {
+			return err
+		}
+		if asked != want {
+			return fmt.Errorf("the distribution is asked to remove the etcd member of Machine %s: %v, want %v", m.Name, asked, want)
+		}
+		return nil
+	})
+}
+
 // TestEtcdMemberDownBlocksRemovals: with one of three etcd members dead behind a Ready kubelet,
 // a scale-down, a rollout, a remediation and a Machine delete all wait and say why; once the
-// member is healthy again, they all proceed. Available stays true through a 1 -> 3 scale-up
+// member is healthy again, they all proceed. (b) A leave already handed to the distribution
+// (k0s EtcdMember spec.leave, the k3s remove annotation) is withdrawn when another member dies
+// before the distribution acts on it. Available stays true through a 1 -> 3 scale-up
 // and turns false when quorum is lost.
 func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
 	t.Parallel()
@@ -130,6 +148,7 @@ func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
 				}
 			}
 
+			sim := c.simCluster()
 			// (a) One member's etcd dies; its kubelet stays Ready.
 			dead := machines[2]
 			if err := c.nodeOf(dead).KillEtcd(); err != nil {
@@ -158,7 +177,7 @@ func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
 
 			// Nothing was removed: three members, the hand-deleted Machine held by its hook.
 			framework.Consistently(t, 10*time.Second, func() error {
-				if n := len(c.SimCluster(c.ctx).EtcdMembers()); n != 3 {
+				if n := len(sim.EtcdMembers()); n != 3 {
 					return fmt.Errorf("%d etcd members, want 3", n)
 				}
 				if m := c.machineByName(byHand.Name); m == nil {
@@ -195,6 +214,42 @@ func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
 			final := c.waitSettled(3, version, 2*waitScale)
 			for _, m := range final {
 				if m.Name == orphaned.Name {
+					t.Errorf("Machine %s is still there", m.Name)
+				}
+			}
+
+			// (b) A Machine deleted by hand while etcd is healthy: its member's leave is handed to
+			// the distribution, which is slow to act (held) ...
+			sim.HoldLeaveRequests(true)
+			leaving, dying := final[2], final[1]
+			if err := h.Client.Delete(c.ctx, &leaving); err != nil {
+				t.Fatal(err)
+			}
+			c.waitLeaveRequest(sim, leaving, true)
+			// ... when another member's etcd dies. The request is taken back before the
+			// distribution gets to it: carried out, it would leave one healthy member of three.
+			if err := c.nodeOf(dying).KillEtcd(); err != nil {
+				t.Fatal(err)
+			}
+			c.waitLeaveRequest(sim, leaving, false)
+			c.waitCondition(controlplanev1.ScalingUpCondition, metav1.ConditionTrue, "the etcd member of Machine "+leaving.Name+" does not leave", time.Minute)
+			sim.HoldLeaveRequests(false)
+			framework.Consistently(t, 5*time.Second, func() error {
+				if n := len(sim.EtcdMembers()); n != 3 {
+					return fmt.Errorf("%d etcd members, want 3", n)
+				}
+				if asked, err := sim.LeaveRequested(c.ctx, leaving.Status.NodeRef.Name); err != nil || asked {
+					return fmt.Errorf("the leave request of Machine %s's member: asked %v, %v", leaving.Name, asked, err)
+				}
+				return nil
+			})
+			// The member is back: the Machine leaves and is replaced.
+			if err := c.nodeOf(dying).StartEtcd(); err != nil {
+				t.Fatal(err)
+			}
+			final = c.waitSettled(3, version, 2*waitScale)
+			for _, m := range final {
+				if m.Name == leaving.Name {
 					t.Errorf("Machine %s is still there", m.Name)
 				}
 			}
@@ -276,8 +331,9 @@ func TestEtcdPartitionAndPowerOff(t *testing.T) {
 				t.Fatal(err)
 			}
 			c.waitCondition(controlplanev1.ScalingUpCondition, metav1.ConditionTrue, "the etcd member of Machine "+byHand.Name+" does not leave", time.Minute)
+			sim := c.simCluster()
 			framework.Consistently(t, 10*time.Second, func() error {
-				if n := len(c.SimCluster(c.ctx).EtcdMembers()); n != 3 {
+				if n := len(sim.EtcdMembers()); n != 3 {
 					return fmt.Errorf("%d etcd members, want 3", n)
 				}
 				if c.machineByName(byHand.Name) == nil {
@@ -307,7 +363,7 @@ func TestEtcdPartitionAndPowerOff(t *testing.T) {
 				return nil
 			})
 			c.waitSettled(3, version, 2*waitScale)
-			members := c.SimCluster(c.ctx).EtcdMembers()
+			members := sim.EtcdMembers()
 			if len(members) != 3 {
 				t.Fatalf("etcd members after the power-off %+v, want 3", members)
 			}
@@ -337,4 +393,124 @@ func (c *cpCluster) createHealthCheck(status corev1.ConditionStatus) {
 	if err := c.h.Client.Create(c.ctx, mhc); err != nil {
 		c.t.Fatal(err)
 	}
+}
+
+// TestUnmatchedEtcdMemberBlocksRemovals: a joining control-plane node's etcd member runs, but its
+// Machine has no address and no Node yet (its guest agent and kubelet are not up), so the member
+// matches no Machine; then another member dies. That Machine, deleted by hand, must not take its
+// running member with the VM (one healthy member of three would be left): its member is not
+// known to be elsewhere, so the pre-terminate hook holds it and says why. Once the member is
+// matched, the hook still waits for the dead member; when that is back, the Machine goes and is
+// replaced.
+func TestUnmatchedEtcdMemberBlocksRemovals(t *testing.T) {
+	t.Parallel()
+	for _, dist := range distributions {
+		t.Run(string(dist), func(t *testing.T) {
+			t.Parallel()
+			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
+			c.waitSettled(1, version, waitScale)
+			sim := c.simCluster()
+
+			// 1 -> 3: the second node comes up as usual; the third joins etcd and stalls. (The
+			// control plane creates one Machine at a time, each once the one before has its Node.)
+			c.scale(3)
+			var settled []clusterv1.Machine
+			framework.Eventually(t, waitScale, func() error {
+				machines, err := c.controlPlaneMachines()
+				if err != nil {
+					return err
+				}
+				settled = nil
+				for _, m := range machines {
+					if m.Status.NodeRef.IsDefined() {
+						settled = append(settled, m)
+					}
+				}
+				if len(settled) < 2 {
+					return fmt.Errorf("%d of %d control-plane Machines have a Node, want 2", len(settled), len(machines))
+				}
+				return nil
+			})
+			c.h.Registry.HoldServerStarts(c.kcp.Namespace, true)
+			if len(settled) != 2 {
+				t.Fatalf("the third Machine came up before its node could be held: %d Machines have a Node", len(settled))
+			}
+			var joining clusterv1.Machine
+			framework.Eventually(t, waitScale, func() error {
+				machines, err := c.controlPlaneMachines()
+				if err != nil {
+					return err
+				}
+				for _, m := range machines {
+					if m.Name != settled[0].Name && m.Name != settled[1].Name {
+						joining = m
+					}
+				}
+				if joining.Name == "" {
+					return fmt.Errorf("no third Machine yet")
+				}
+				if n := c.Node(joining.Spec.InfrastructureRef.Name); n == nil || !n.Stalled() {
+					return fmt.Errorf("the node of Machine %s has not joined etcd yet", joining.Name)
+				}
+				if n := len(sim.EtcdMembers()); n != 3 {
+					return fmt.Errorf("%d etcd members, want 3", n)
+				}
+				if len(joining.Status.Addresses) > 0 || joining.Status.NodeRef.IsDefined() {
+					return fmt.Errorf("Machine %s has addresses %v and Node %q: its member would match it", joining.Name, joining.Status.Addresses, joining.Status.NodeRef.Name)
+				}
+				return nil
+			})
+
+			dead := settled[1]
+			if err := c.nodeOf(dead).KillEtcd(); err != nil {
+				t.Fatal(err)
+			}
+			c.waitCondition(controlplanev1.EtcdClusterHealthyCondition, metav1.ConditionFalse, dead.Name, time.Minute)
+			if err := c.h.Client.Delete(c.ctx, &joining); err != nil {
+				t.Fatal(err)
+			}
+			c.waitCondition(controlplanev1.ScalingUpCondition, metav1.ConditionTrue,
+				"the etcd member of Machine "+joining.Name+" does not leave: Machine "+joining.Name+" matches no etcd member", time.Minute)
+			framework.Consistently(t, 10*time.Second, func() error {
+				if m := c.machineByName(joining.Name); m == nil {
+					return fmt.Errorf("Machine %s is gone with its running etcd member, while quorum depended on it", joining.Name)
+				}
+				if n := len(sim.EtcdMembers()); n != 3 {
+					return fmt.Errorf("%d etcd members, want 3", n)
+				}
+				return nil
+			})
+
+			// Matched now, the member still does not leave while the other is dead ...
+			c.h.Registry.HoldServerStarts(c.kcp.Namespace, false)
+			c.waitCondition(controlplanev1.ScalingUpCondition, metav1.ConditionTrue, "would be healthy", 2*time.Minute)
+			if m := c.machineByName(joining.Name); m == nil {
+				t.Fatalf("Machine %s left while the member of Machine %s was dead", joining.Name, dead.Name)
+			}
+			// ... and goes once that is back; the control plane scales back to three.
+			if err := c.nodeOf(dead).StartEtcd(); err != nil {
+				t.Fatal(err)
+			}
+			after := c.waitSettled(3, version, 2*waitScale)
+			for _, m := range after {
+				if m.Name == joining.Name {
+					t.Errorf("Machine %s is still there", m.Name)
+				}
+			}
+		})
+	}
+}
+
+// simCluster returns the simulated workload cluster, waiting while it cannot be found (not
+// started yet, or the Cluster's endpoint could not be read just then).
+func (c *cpCluster) simCluster() *simnode.Cluster {
+	c.t.Helper()
+	var sim *simnode.Cluster
+	framework.Eventually(c.t, time.Minute, func() error {
+		if sim = c.SimCluster(c.ctx); sim == nil {
+			return fmt.Errorf("no simulated workload cluster for Cluster %s yet", c.Cluster.Name)
+		}
+		return nil
+	})
+	return sim
 }

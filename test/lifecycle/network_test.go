@@ -105,7 +105,7 @@ func TestVirtualIPSurvivesLosingItsHolder(t *testing.T) {
 			machines := c.waitSettled(3, version, waitScale)
 			t.Logf("3 control planes behind the virtual IP after %s", time.Since(start).Round(time.Second))
 
-			sim := c.SimCluster(c.ctx)
+			sim := c.simCluster()
 			holder := sim.VIPHolder()
 			if holder == nil {
 				t.Fatal("no node holds the virtual IP, yet the cluster came up")
@@ -168,7 +168,7 @@ func TestVanishedVMIsReplaced(t *testing.T) {
 		}})
 	machines := c.waitSettled(3, version, waitScale)
 	c.createHealthCheck(corev1.ConditionUnknown)
-	sim := c.SimCluster(c.ctx)
+	sim := c.simCluster()
 	var gone clusterv1.Machine
 	for _, m := range machines {
 		if c.nodeOf(m) == sim.VIPHolder() {

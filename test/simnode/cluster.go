@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	certificatesv1 "k8s.io/api/certificates/v1"
@@ -76,6 +77,9 @@ type Cluster struct {
 	crdOnce sync.Once
 	crdErr  error
 
+	// leavesHeld stops the distribution from acting on etcd leave requests (HoldLeaveRequests).
+	leavesHeld atomic.Bool
+
 	mu sync.Mutex
 	// servers are the control-plane nodes' etcd members, by member name.
 	servers map[string]*etcdServer
@@ -120,9 +124,14 @@ func (c *Cluster) Running() bool {
 }
 
 // EtcdMembers lists the current members of the cluster's etcd, by name, as etcd's own member
-// list (read with quorum) has them; nil when etcd cannot answer. A member that left (k0s
-// EtcdMember spec.leave, k3s etcd.k3s.cattle.io/remove) is no longer listed.
+// list (read with quorum) has them; nil when etcd cannot answer, or when there is no cluster (a
+// nil Cluster: TestCluster.SimCluster before the cluster started, or when it could not read the
+// Cluster's endpoint). A member that left (k0s EtcdMember spec.leave, k3s
+// etcd.k3s.cattle.io/remove) is no longer listed.
 func (c *Cluster) EtcdMembers() []EtcdMember {
+	if c == nil {
+		return nil
+	}
 	members, err := c.etcdMembers(context.Background())
 	if err != nil {
 		return nil
@@ -410,6 +419,12 @@ func (c *Cluster) startLoop() {
 		}
 	}()
 }
+
+// HoldLeaveRequests makes the distribution's etcd member controller leave etcd leave requests
+// (k0s EtcdMember spec.leave, the k3s remove annotation) alone while hold is true, as when k0s'
+// leader is being re-elected or k3s' controllers are still syncing: a request is carried out
+// whenever the controller gets to it, and a test can make that "later" happen on purpose.
+func (c *Cluster) HoldLeaveRequests(hold bool) { c.leavesHeld.Store(hold) }
 
 // Stop stops the cluster's API server and etcd and removes its files.
 func (c *Cluster) Stop() {

@@ -178,6 +178,9 @@ func (c *Cluster) joinK0sEtcd(ctx context.Context, e *etcdServer) error {
 // reconcileMembership honours leave requests, as k0s' etcd member controller and k3s' managed
 // etcd controller do.
 func (c *Cluster) reconcileMembership(ctx context.Context) {
+	if c.leavesHeld.Load() {
+		return
+	}
 	if c.distribution == render.K0s {
 		c.reconcileK0sMembers(ctx)
 		return
@@ -293,4 +296,23 @@ func removeString(list []string, s string) []string {
 		}
 	}
 	return out
+}
+
+// LeaveRequested tells whether the distribution is asked to remove the etcd member of a node:
+// k0s EtcdMember spec.leave, or the k3s remove annotation on the node's Node.
+func (c *Cluster) LeaveRequested(ctx context.Context, nodeName string) (bool, error) {
+	if c.distribution == render.K0s {
+		u := &unstructured.Unstructured{}
+		u.SetGroupVersionKind(EtcdMemberGVK)
+		if err := c.client.Get(ctx, client.ObjectKey{Name: nodeName}, u); err != nil {
+			return false, fmt.Errorf("reading EtcdMember %s: %w", nodeName, err)
+		}
+		leave, _, _ := unstructured.NestedBool(u.Object, "spec", "leave")
+		return leave, nil
+	}
+	n := &corev1.Node{}
+	if err := c.client.Get(ctx, client.ObjectKey{Name: nodeName}, n); err != nil {
+		return false, fmt.Errorf("reading Node %s: %w", nodeName, err)
+	}
+	return strings.ToLower(n.Annotations[K3sRemoveAnnotation]) == "true", nil
 }

@@ -146,6 +146,10 @@ type Node struct {
 	// notReady is the Ready condition it reports when not Ready (SetReady), nil for Ready.
 	kubelet  *kubeletRun
 	notReady *corev1.NodeCondition
+	// stalled tells that the node stalls after joining etcd (Registry.HoldServerStarts), and
+	// addressesHidden that its machine has no address to report yet (its guest agent is not up).
+	stalled         atomic.Bool
+	addressesHidden atomic.Bool
 }
 
 // kubeletRun is a running kubelet heartbeat loop.
@@ -318,6 +322,9 @@ func (n *Node) run(ctx context.Context) {
 	n.plan = p
 	n.status.NodeName = name
 	n.mu.Unlock()
+	if p.init || p.role != render.RoleControlPlane {
+		n.addressesHidden.Store(false) // only joining servers stall
+	}
 	if err := n.writeFiles(p.files); err != nil {
 		n.fail(retry(ReasonStartFailed, "writing the node's files: %v", err))
 		return
@@ -591,6 +598,11 @@ func (n *Node) startServer(ctx context.Context, c *Cluster, p *plan, name, insta
 			labels[K3sEtcdRoleLabel] = "true"
 		}
 	}
+	if !p.init {
+		if err := n.stallWhileHeld(ctx); err != nil {
+			return err
+		}
+	}
 	extra, err := n.roleLabelsAndTaints(p)
 	if err != nil {
 		return err
@@ -635,6 +647,33 @@ func (n *Node) startServer(ctx context.Context, c *Cluster, p *plan, name, insta
 	}
 	return nil
 }
+
+// stallWhileHeld holds a joined server before its kubelet starts while the registry holds its
+// namespace's server starts.
+func (n *Node) stallWhileHeld(ctx context.Context) error {
+	defer n.addressesHidden.Store(false)
+	defer n.stalled.Store(false)
+	for n.addressesHidden.Load() && n.reg.serverStartsHeld(n.spec.Namespace) {
+		if !n.stalled.Swap(true) {
+			n.setStatus(Status{Phase: PhaseBooting, Reason: ReasonBooting, Message: "joined etcd; the kubelet and the guest agent are not up yet"})
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// Stalled tells whether the node stalls after joining etcd, before its kubelet and guest agent
+// are up (Registry.HoldServerStarts).
+func (n *Node) Stalled() bool { return n.stalled.Load() }
+
+// AddressesHidden tells that the node's machine has no address to report yet: it was started
+// while its namespace's server starts were held, and has not passed the stall (or is no joining
+// server, which never stalls: then from its plan on).
+func (n *Node) AddressesHidden() bool { return n.addressesHidden.Load() }
 
 // annotateK3sMember records a k3s server's etcd member on its Node, as k3s does.
 func (n *Node) annotateK3sMember(ctx context.Context, c *Cluster, name string, m *etcdServer) error {

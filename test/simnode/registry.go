@@ -57,6 +57,30 @@ type Registry struct {
 	closed   bool
 	// peers is the network between the etcd members of every cluster.
 	peers peerNet
+	// heldStarts are the namespaces whose joining servers stall after joining etcd
+	// (HoldServerStarts).
+	heldStarts map[string]bool
+}
+
+// HoldServerStarts makes the joining control-plane nodes of a namespace started from now on
+// stall right after their etcd member joined, while hold is true: their kubelet does not register
+// a Node and their machines report no address until then (as when the guest agent that reports
+// them is not up yet). Until
+// released, such a member matches no Machine: the control plane sees a running member it cannot
+// place.
+func (r *Registry) HoldServerStarts(namespace string, hold bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.heldStarts == nil {
+		r.heldStarts = map[string]bool{}
+	}
+	r.heldStarts[namespace] = hold
+}
+
+func (r *Registry) serverStartsHeld(namespace string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.heldStarts[namespace]
 }
 
 // NodeEvent tells that the status of the node of a KairosSimMachine (Name) or of an instance
@@ -163,6 +187,8 @@ func (r *Registry) StartNode(spec NodeSpec) (*Node, error) {
 		}
 	}
 	n := newNode(r, spec, root, ip)
+	// A machine whose joining server will be held has no guest agent up yet: no address.
+	n.addressesHidden.Store(r.heldStarts[spec.Namespace])
 	r.nodes[spec.ProviderID] = n
 	n.start()
 	return n, nil

@@ -219,10 +219,14 @@ func (r *MachineReconciler) reconcileNormal(ctx context.Context, cluster *cluste
 	if hostname == "" {
 		hostname = m.Name
 	}
-	// The machine's own address, as a real provider reports it once the machine runs.
-	m.Status.Addresses = []clusterv1.MachineAddress{
-		{Type: clusterv1.MachineInternalIP, Address: node.IP()},
-		{Type: clusterv1.MachineHostName, Address: hostname},
+	// The machine's own address, as a real provider reports it once the machine runs (through
+	// its guest agent, which a stalled node has not started yet).
+	m.Status.Addresses = nil
+	if !node.AddressesHidden() {
+		m.Status.Addresses = []clusterv1.MachineAddress{
+			{Type: clusterv1.MachineInternalIP, Address: node.IP()},
+			{Type: clusterv1.MachineHostName, Address: hostname},
+		}
 	}
 	m.Status.NodeName = st.NodeName
 	m.Status.NodePhase = string(st.Phase)
