@@ -118,6 +118,11 @@ type NodeSpec struct {
 	// InstalledVersion is what the image ships (KairosSimMachine spec.installedVersion); empty
 	// means what the document requires.
 	InstalledVersion string
+	// Image is the reference of the Kairos image the machine boots (see image.go): its
+	// distribution and version are what the node runs. Empty means the standard Kairos image
+	// (KairosImage) of the document's distribution at InstalledVersion. With both set, they must
+	// agree.
+	Image string
 }
 
 // Node is one simulated Kairos node.
@@ -150,6 +155,15 @@ type Node struct {
 	// addressesHidden that its machine has no address to report yet (its guest agent is not up).
 	stalled         atomic.Bool
 	addressesHidden atomic.Bool
+
+	// images are the node's OS images (active, passive, recovery) and the one it booted; installed
+	// is the distribution version that image ships (image.go, upgrade.go).
+	images    nodeImages
+	installed string
+	// kubeletClient is the kubelet's client (its own credentials), kept across reboots.
+	kubeletClient kubernetes.Interface
+	// upgrading serializes upgrades and reboots.
+	upgrading sync.Mutex
 }
 
 // kubeletRun is a running kubelet heartbeat loop.
@@ -333,7 +347,11 @@ func (n *Node) run(ctx context.Context) {
 	if _, ok := p.files[render.PreCommandsScript]; ok {
 		_ = n.writeFile(render.PreCommandsMarker, "")
 	}
-	installed := p.installedVersion(n.spec.InstalledVersion)
+	installed, err := n.firstImage(p)
+	if err != nil {
+		n.fail(err)
+		return
+	}
 	if err := p.preflight(installed); err != nil {
 		n.fail(err)
 		return
@@ -383,6 +401,11 @@ func (n *Node) run(ctx context.Context) {
 	if err := n.writeFile(sentinelPath, "success\n"); err != nil {
 		n.fail(retry(ReasonStartFailed, "writing the sentinel: %v", err))
 		return
+	}
+	// The bootstrap script marks the first bootstrap done (it persists, unlike the sentinel under
+	// /run): from then on the preflight no longer pins the version (common/render scripts.go).
+	if strings.Contains(p.files[render.BootstrapScript], render.BootstrapDoneMarker) {
+		_ = n.writeFile(render.BootstrapDoneMarker, "")
 	}
 	n.mu.Lock()
 	n.status.Sentinel = true
@@ -900,7 +923,7 @@ func (n *Node) register(ctx context.Context, c *Cluster, kubelet *rest.Config, n
 		Addresses: []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: n.ip}, {Type: corev1.NodeHostName, Address: name}},
 		NodeInfo: corev1.NodeSystemInfo{
 			MachineID: n.machineID, SystemUUID: n.spec.SystemUUID, BootID: randomHex(16),
-			KubeletVersion: kubeletVersion(installed), OSImage: "Kairos (simulated)", KernelVersion: "6.6.0-kairos-sim",
+			KubeletVersion: kubeletVersion(installed), OSImage: n.osImage(), KernelVersion: "6.6.0-kairos-sim",
 			OperatingSystem: "linux", Architecture: "amd64", ContainerRuntimeVersion: "containerd://2.0.0-sim",
 		},
 		Capacity:    nodeResources(),
@@ -911,6 +934,7 @@ func (n *Node) register(ctx context.Context, c *Cluster, kubelet *rest.Config, n
 	}
 	n.mu.Lock()
 	n.cluster = c
+	n.kubeletClient = kube
 	n.mu.Unlock()
 	n.startKubelet(kube, name)
 	return nil

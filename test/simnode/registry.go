@@ -60,6 +60,8 @@ type Registry struct {
 	// heldStarts are the namespaces whose joining servers stall after joining etcd
 	// (HoldServerStarts).
 	heldStarts map[string]bool
+	// broken are the images that do not boot (BreakImage).
+	broken map[string]bool
 }
 
 // HoldServerStarts makes the joining control-plane nodes of a namespace started from now on
@@ -149,6 +151,9 @@ func (r *Registry) StartNode(spec NodeSpec) (*Node, error) {
 	}
 	if _, _, err := net.SplitHostPort(spec.Endpoint); err != nil {
 		return nil, fmt.Errorf("node %s: endpoint %q: %w", spec.ProviderID, spec.Endpoint, err)
+	}
+	if err := checkImageSpec(spec); err != nil {
+		return nil, fmt.Errorf("node %s: %w", spec.ProviderID, err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
