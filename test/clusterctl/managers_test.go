@@ -57,9 +57,18 @@ func (m *management) startManager(t *testing.T, p providerSpec) *managerProcess 
 // until owner ends.
 func (m *management) startManagerUntil(t *testing.T, owner *testing.T, p providerSpec) *managerProcess {
 	t.Helper()
+	return m.startManagerBuild(t, owner, p, "")
+}
+
+// startManagerBuild is startManagerUntil with the manager built as the given version (stamped
+// as a release build stamps it) instead of the installed one; "" is the installed one.
+func (m *management) startManagerBuild(t *testing.T, owner *testing.T, p providerSpec, version string) *managerProcess {
+	t.Helper()
 	ctx := context.Background()
 	// The binary of the version clusterctl installed, as a Deployment runs its image.
-	version := m.providers(t)[p.Namespace+"/"+p.Label].Version
+	if version == "" {
+		version = m.providers(t)[p.Namespace+"/"+p.Label].Version
+	}
 	bin, err := managerBinary(p, version)
 	if err != nil {
 		t.Fatal(err)

@@ -3,6 +3,8 @@ package clusterctl
 import (
 	"context"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/version"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -57,7 +60,9 @@ const kubernetesVersionSim = "v1.36.3"
 // KairosConfig or Secret of the cluster is added, removed, replaced or changed, and the control
 // plane stays up to date. After the bootstrap-first order, the bootstrap provider is upgraded to
 // outOfPolicyVersion, outside the version-skew policy of control plane newVersion: the control
-// plane says so in BootstrapProviderCompatible and, asked to scale, creates and deletes nothing.
+// plane says so in BootstrapProviderCompatible and, asked to scale, creates and deletes nothing;
+// a goreleaser snapshot build of the same control plane (vX.Y.Z-dev+<commit>, no release) then
+// takes over and, exempt from the policy, scales.
 func TestMixedVersions(t *testing.T) {
 	for _, first := range []providerSpec{bootstrapProvider, controlPlaneProvider} {
 		second := controlPlaneProvider
@@ -341,6 +346,54 @@ func (x *mixedManagement) outOfPolicy(t *testing.T) {
 		}
 		return nil
 	})
+
+	// A goreleaser snapshot of the control plane is no release: the policy exempts it and checks
+	// only the contract, so it works with the released bootstrap provider that the release
+	// refused, and the pending scale-up proceeds.
+	snapshot := snapshotVersion(t, newVersion)
+	x.managers[controlPlaneProvider.Name].stop(t)
+	x.managers[controlPlaneProvider.Name] = x.startManagerBuild(t, x.owner, controlPlaneProvider, snapshot)
+	framework.Eventually(t, time.Minute, func() error {
+		kcp := &controlplanev1.KairosControlPlane{}
+		if err := x.Client.Get(ctx, client.ObjectKeyFromObject(x.kcp), kcp); err != nil {
+			return err
+		}
+		if !conditions.IsTrue(kcp, controlplanev1.BootstrapProviderCompatibleCondition) {
+			return fmt.Errorf("control plane %s with bootstrap %s: %s", snapshot, outOfPolicyVersion, conditionSummary(kcp))
+		}
+		machines := &clusterv1.MachineList{}
+		if err := x.Client.List(ctx, machines, client.InNamespace(x.ns), client.MatchingLabels{clusterv1.MachineControlPlaneLabel: ""}); err != nil {
+			return err
+		}
+		if len(machines.Items) <= 3 {
+			return fmt.Errorf("%d control-plane Machines: the scale-up to 5 has not resumed", len(machines.Items))
+		}
+		return nil
+	})
+}
+
+// snapshotVersion is the version a goreleaser snapshot built after the tag of release stamps
+// into the managers: .goreleaser.yaml snapshot.version_template, {{ incpatch .Version }}-dev+
+// {{ .ShortCommit }} (checked here, so that the test follows the template if it changes).
+func snapshotVersion(t *testing.T, release string) string {
+	t.Helper()
+	const template = `version_template: "{{ incpatch .Version }}-dev+{{ .ShortCommit }}"`
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := os.ReadFile(filepath.Join(root, ".goreleaser.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(cfg), template) {
+		t.Fatalf(".goreleaser.yaml has no snapshot %s: update snapshotVersion", template)
+	}
+	v, err := version.ParseSemantic(release)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("v%d.%d.%d-dev+3f3b205", v.Major(), v.Minor(), v.Patch()+1)
 }
 
 // updateControlPlane changes the control plane's spec.
