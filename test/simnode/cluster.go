@@ -79,6 +79,8 @@ type Cluster struct {
 
 	// leavesHeld stops the distribution from acting on etcd leave requests (HoldLeaveRequests).
 	leavesHeld atomic.Bool
+	// operator is the Kairos operator, once installed (InstallKairosOperator); guarded by mu.
+	operator *kairosOperator
 
 	mu sync.Mutex
 	// servers are the control-plane nodes' etcd members, by member name.
@@ -434,7 +436,11 @@ func (c *Cluster) Stop() {
 		return
 	}
 	c.stopped = true
+	op := c.operator
 	c.mu.Unlock()
+	if op != nil {
+		op.stop()
+	}
 	if c.cancel != nil {
 		c.cancel()
 		<-c.loop

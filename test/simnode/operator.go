@@ -1,0 +1,438 @@
+package simnode
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"reflect"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+)
+
+// The Kairos operator (github.com/kairos-io/kairos-operator) upgrades Kairos nodes from inside a
+// workload cluster: a NodeOpUpgrade (operator.kairos.io/v1alpha1, namespaced) names an upgrade image
+// and the Nodes to upgrade; the operator turns it into a NodeOp that cordons and drains each node,
+// runs `kairos-agent upgrade --source dir:/` in a Job of the upgrade image and reboots the node
+// (internal/controller/nodeopupgrade_controller.go). Its Go module is not served here, so the
+// simulation mirrors the part of the API it uses by hand, from these files of the repository:
+const (
+	// KairosOperatorTypesCommit is the commit of api/v1alpha1/nodeopupgrade_types.go mirrored.
+	KairosOperatorTypesCommit = "0e76a6f25438974e1bc543e93bf19590d263c63d"
+	// KairosOperatorNodeStatusCommit is the commit of api/v1alpha1/nodeop_types.go (NodeStatus).
+	KairosOperatorNodeStatusCommit = "0878f24405d7cabdff7a0a374bfb5daf44dcc06d"
+)
+
+// NodeOpUpgradeGVK is the kind of the Kairos operator's upgrade requests.
+var NodeOpUpgradeGVK = schema.GroupVersionKind{Group: "operator.kairos.io", Version: "v1alpha1", Kind: "NodeOpUpgrade"}
+
+// Phases of a NodeOpUpgrade and of each of its nodes (NodeOpUpgradeStatus.Phase, NodeStatus.Phase).
+const (
+	NodeOpPhasePending   = "Pending"
+	NodeOpPhaseRunning   = "Running"
+	NodeOpPhaseCompleted = "Completed"
+	NodeOpPhaseFailed    = "Failed"
+)
+
+// operatorPollInterval is how often the simulated operator looks at NodeOpUpgrades (the real one
+// watches them and requeues every 10-30 s).
+const operatorPollInterval = time.Second
+
+// NodeOpUpgradeCRD is the NodeOpUpgrade CustomResourceDefinition with the fields the simulation
+// mirrors: spec image, nodeSelector, concurrency, stopOnFailure, upgradeActive, upgradeRecovery,
+// force; status phase, nodeStatuses (NodeStatus phase, message, lastUpdated: the simulation runs
+// no Jobs, so no jobName), message, lastUpdated. Fields of the real CRD left out (imagePullSecrets,
+// debug, uncordonOnFailure, status.nodeOpName) are pruned by the API server, as unknown fields are.
+func NodeOpUpgradeCRD() *apiextensionsv1.CustomResourceDefinition {
+	str := apiextensionsv1.JSONSchemaProps{Type: "string"}
+	boolean := apiextensionsv1.JSONSchemaProps{Type: "boolean"}
+	dateTime := apiextensionsv1.JSONSchemaProps{Type: "string", Format: "date-time"}
+	nodeStatus := apiextensionsv1.JSONSchemaProps{
+		Type: "object", Required: []string{"phase"},
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{"phase": str, "message": str, "lastUpdated": dateTime},
+	}
+	selector := apiextensionsv1.JSONSchemaProps{
+		Type: "object", XMapType: ptr.To("atomic"),
+		Properties: map[string]apiextensionsv1.JSONSchemaProps{
+			"matchLabels": {Type: "object", AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Schema: &str}},
+			"matchExpressions": {Type: "array", XListType: ptr.To("atomic"), Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &apiextensionsv1.JSONSchemaProps{
+				Type: "object", Required: []string{"key", "operator"},
+				Properties: map[string]apiextensionsv1.JSONSchemaProps{
+					"key": str, "operator": str,
+					"values": {Type: "array", XListType: ptr.To("atomic"), Items: &apiextensionsv1.JSONSchemaPropsOrArray{Schema: &str}},
+				},
+			}}},
+		},
+	}
+	return &apiextensionsv1.CustomResourceDefinition{
+		ObjectMeta: metav1.ObjectMeta{Name: "nodeopupgrades.operator.kairos.io"},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{
+			Group: NodeOpUpgradeGVK.Group,
+			Names: apiextensionsv1.CustomResourceDefinitionNames{
+				Plural: "nodeopupgrades", Singular: "nodeopupgrade", Kind: "NodeOpUpgrade", ListKind: "NodeOpUpgradeList",
+			},
+			Scope: apiextensionsv1.NamespaceScoped,
+			Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
+				Name: NodeOpUpgradeGVK.Version, Served: true, Storage: true,
+				Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
+				Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
+					Type: "object",
+					Properties: map[string]apiextensionsv1.JSONSchemaProps{
+						"apiVersion": str, "kind": str, "metadata": {Type: "object"},
+						"spec": {Type: "object", Required: []string{"image"}, Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"image":           str,
+							"nodeSelector":    selector,
+							"concurrency":     {Type: "integer", Format: "int32", Minimum: ptr.To(0.0), Default: &apiextensionsv1.JSON{Raw: []byte("0")}},
+							"stopOnFailure":   boolean,
+							"upgradeActive":   boolean,
+							"upgradeRecovery": boolean,
+							"force":           boolean,
+						}},
+						"status": {Type: "object", Properties: map[string]apiextensionsv1.JSONSchemaProps{
+							"phase":        str,
+							"nodeStatuses": {Type: "object", AdditionalProperties: &apiextensionsv1.JSONSchemaPropsOrBool{Schema: &nodeStatus}},
+							"message":      str,
+							"lastUpdated":  dateTime,
+						}},
+					},
+				}},
+			}},
+		},
+	}
+}
+
+// kairosOperator is the simulated operator of one workload cluster.
+type kairosOperator struct {
+	c      *Cluster
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu   sync.Mutex
+	runs map[types.UID]*upgradeRun
+}
+
+// upgradeRun is the operator's state of one NodeOpUpgrade.
+type upgradeRun struct {
+	nodes []string // target Node names, in the order they are started
+	state map[string]*nodeRunState
+}
+
+type nodeRunState struct {
+	phase, message string
+	updated        metav1.Time
+}
+
+// InstallKairosOperator installs the Kairos operator in the workload cluster, as a user who
+// deploys it (kubectl apply -k .../kairos-operator/config/default) does: the NodeOpUpgrade CRD and
+// a controller that carries out NodeOpUpgrades on the cluster's simulated nodes. A workload cluster
+// has no operator until then. Calling it again does nothing. The operator stops with the cluster.
+//
+// For each NodeOpUpgrade it selects the Nodes by spec.nodeSelector (all Nodes when empty), at most
+// spec.concurrency at a time (0: all), and stops starting nodes after a failure when
+// spec.stopOnFailure. On each node, unless spec.force, a node already at the image's version triple
+// (KAIROS_VERSION-<prefix><software version> of /etc/kairos-release) is Completed at once; otherwise
+// it cordons the Node, writes the recovery image when spec.upgradeRecovery, and when
+// spec.upgradeActive (default true) upgrades the node and reboots it (Node.Upgrade). A node back on
+// the new image is uncordoned and Completed; a node whose image did not come up is Failed with the
+// node's reason and stays cordoned (the operator's default, uncordonOnFailure false).
+func (c *Cluster) InstallKairosOperator(ctx context.Context) error {
+	c.mu.Lock()
+	installed := c.operator != nil
+	c.mu.Unlock()
+	if installed {
+		return nil
+	}
+	crd := NodeOpUpgradeCRD()
+	if err := c.client.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("installing the NodeOpUpgrade CRD: %w", err)
+	}
+	if err := retryFor(ctx, 30*time.Second, func() error {
+		got := &apiextensionsv1.CustomResourceDefinition{}
+		if err := c.client.Get(ctx, client.ObjectKeyFromObject(crd), got); err != nil {
+			return err
+		}
+		for _, cond := range got.Status.Conditions {
+			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
+				return nil
+			}
+		}
+		return errors.New("the NodeOpUpgrade CRD is not established")
+	}); err != nil {
+		return err
+	}
+	octx, cancel := context.WithCancel(context.Background())
+	op := &kairosOperator{c: c, cancel: cancel, runs: map[types.UID]*upgradeRun{}}
+	c.mu.Lock()
+	if c.operator != nil || c.stopped {
+		c.mu.Unlock()
+		cancel()
+		return nil
+	}
+	c.operator = op
+	c.mu.Unlock()
+	op.wg.Add(1)
+	go func() {
+		defer op.wg.Done()
+		for {
+			op.reconcileAll(octx)
+			select {
+			case <-octx.Done():
+				return
+			case <-time.After(operatorPollInterval):
+			}
+		}
+	}()
+	return nil
+}
+
+func (op *kairosOperator) stop() {
+	op.cancel()
+	op.wg.Wait()
+}
+
+func (op *kairosOperator) reconcileAll(ctx context.Context) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(NodeOpUpgradeGVK.GroupVersion().WithKind("NodeOpUpgradeList"))
+	if err := op.c.client.List(ctx, list); err != nil {
+		return // the API server is unavailable (a rebooting single control-plane node): next round
+	}
+	for i := range list.Items {
+		op.reconcile(ctx, &list.Items[i])
+	}
+}
+
+// nodeOpUpgradeSpec is the mirrored spec.
+type nodeOpUpgradeSpec struct {
+	Image           string                `json:"image"`
+	NodeSelector    *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	Concurrency     int32                 `json:"concurrency,omitempty"`
+	StopOnFailure   *bool                 `json:"stopOnFailure,omitempty"`
+	UpgradeActive   *bool                 `json:"upgradeActive,omitempty"`
+	UpgradeRecovery *bool                 `json:"upgradeRecovery,omitempty"`
+	Force           *bool                 `json:"force,omitempty"`
+}
+
+func (op *kairosOperator) reconcile(ctx context.Context, u *unstructured.Unstructured) {
+	phase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	if phase == NodeOpPhaseCompleted || phase == NodeOpPhaseFailed {
+		op.mu.Lock()
+		delete(op.runs, u.GetUID())
+		op.mu.Unlock()
+		return
+	}
+	raw, _, _ := unstructured.NestedMap(u.Object, "spec")
+	data, _ := json.Marshal(raw)
+	var spec nodeOpUpgradeSpec
+	if err := json.Unmarshal(data, &spec); err != nil {
+		return
+	}
+
+	op.mu.Lock()
+	run := op.runs[u.GetUID()]
+	op.mu.Unlock()
+	if run == nil {
+		selector := labels.Everything()
+		if spec.NodeSelector != nil {
+			s, err := metav1.LabelSelectorAsSelector(spec.NodeSelector)
+			if err != nil {
+				op.writeStatus(ctx, u, NodeOpPhaseFailed, "invalid nodeSelector: "+err.Error(), nil)
+				return
+			}
+			selector = s
+		}
+		nodes := &corev1.NodeList{}
+		if err := op.c.client.List(ctx, nodes, client.MatchingLabelsSelector{Selector: selector}); err != nil {
+			return
+		}
+		run = &upgradeRun{state: map[string]*nodeRunState{}}
+		for _, n := range nodes.Items {
+			run.nodes = append(run.nodes, n.Name)
+			run.state[n.Name] = &nodeRunState{phase: NodeOpPhasePending, updated: metav1.Now()}
+		}
+		op.mu.Lock()
+		op.runs[u.GetUID()] = run
+		op.mu.Unlock()
+	}
+
+	op.mu.Lock()
+	running, failed := 0, false
+	for _, s := range run.state {
+		switch s.phase {
+		case NodeOpPhaseRunning:
+			running++
+		case NodeOpPhaseFailed:
+			failed = true
+		}
+	}
+	stopped := failed && ptr.Deref(spec.StopOnFailure, false)
+	var start []string
+	if !stopped {
+		for _, name := range run.nodes {
+			if spec.Concurrency > 0 && running+len(start) >= int(spec.Concurrency) {
+				break
+			}
+			if run.state[name].phase == NodeOpPhasePending {
+				start = append(start, name)
+			}
+		}
+	}
+	for _, name := range start {
+		run.state[name].phase, run.state[name].message, run.state[name].updated = NodeOpPhaseRunning, "upgrading", metav1.Now()
+	}
+	op.mu.Unlock()
+	for _, name := range start {
+		op.wg.Add(1)
+		go func() {
+			defer op.wg.Done()
+			phase, message := op.upgradeNode(ctx, name, spec)
+			op.mu.Lock()
+			run.state[name].phase, run.state[name].message, run.state[name].updated = phase, message, metav1.Now()
+			op.mu.Unlock()
+		}()
+	}
+
+	// The overall phase, as the operator's NodeOp reports it.
+	op.mu.Lock()
+	pending, running, completed, failedCount := 0, 0, 0, 0
+	statuses := map[string]any{}
+	for name, s := range run.state {
+		switch s.phase {
+		case NodeOpPhasePending:
+			pending++
+		case NodeOpPhaseRunning:
+			running++
+		case NodeOpPhaseCompleted:
+			completed++
+		case NodeOpPhaseFailed:
+			failedCount++
+		}
+		st := map[string]any{"phase": s.phase, "lastUpdated": s.updated.UTC().Format(time.RFC3339)}
+		if s.message != "" {
+			st["message"] = s.message
+		}
+		statuses[name] = st
+	}
+	op.mu.Unlock()
+	overall, message := NodeOpPhasePending, "Upgrade operation is pending"
+	halted := failedCount > 0 && ptr.Deref(spec.StopOnFailure, false)
+	switch {
+	case running > 0 || (pending > 0 && !halted && completed+failedCount > 0):
+		overall, message = NodeOpPhaseRunning, "Upgrade operation is running"
+	case pending > 0 && !halted:
+		// Nothing started yet.
+	case failedCount > 0:
+		overall, message = NodeOpPhaseFailed, "Upgrade operation failed"
+	default:
+		overall, message = NodeOpPhaseCompleted, "Upgrade operation completed successfully"
+	}
+	op.writeStatus(ctx, u, overall, message, statuses)
+}
+
+// writeStatus writes the NodeOpUpgrade's status when it changed.
+func (op *kairosOperator) writeStatus(ctx context.Context, u *unstructured.Unstructured, phase, message string, statuses map[string]any) {
+	oldPhase, _, _ := unstructured.NestedString(u.Object, "status", "phase")
+	oldMessage, _, _ := unstructured.NestedString(u.Object, "status", "message")
+	oldStatuses, _, _ := unstructured.NestedMap(u.Object, "status", "nodeStatuses")
+	if statuses == nil {
+		statuses = map[string]any{}
+	}
+	if oldPhase == phase && oldMessage == message && reflect.DeepEqual(phasesOf(oldStatuses), phasesOf(statuses)) {
+		return
+	}
+	status := map[string]any{"phase": phase, "message": message, "lastUpdated": metav1.Now().UTC().Format(time.RFC3339)}
+	if len(statuses) > 0 {
+		status["nodeStatuses"] = statuses
+	}
+	u = u.DeepCopy()
+	_ = unstructured.SetNestedMap(u.Object, status, "status")
+	_ = op.c.client.Status().Update(ctx, u) // a conflict or an unavailable API server: next round
+}
+
+// phasesOf reduces node statuses to what tells a change (phase and message).
+func phasesOf(statuses map[string]any) map[string]string {
+	out := map[string]string{}
+	for name, raw := range statuses {
+		if m, ok := raw.(map[string]any); ok {
+			p, _ := m["phase"].(string)
+			msg, _ := m["message"].(string)
+			out[name] = p + "\x00" + msg
+		}
+	}
+	return out
+}
+
+// upgradeNode runs the upgrade on one node and returns its final phase and message.
+func (op *kairosOperator) upgradeNode(ctx context.Context, name string, spec nodeOpUpgradeSpec) (string, string) {
+	n := op.c.simNode(name)
+	if n == nil {
+		return NodeOpPhaseFailed, "no simulated Kairos node runs Node " + name
+	}
+	target, err := ParseImage(spec.Image)
+	if err != nil {
+		// The upgrade Job's pod cannot start: the image is not one.
+		return NodeOpPhaseFailed, "pulling the upgrade image: " + err.Error()
+	}
+	recovery := ptr.Deref(spec.UpgradeRecovery, false)
+	active := ptr.Deref(spec.UpgradeActive, true)
+	if !ptr.Deref(spec.Force, false) && !recovery {
+		// The upgrade preflight: the host's /etc/kairos-release against the image's.
+		if cur, err := ParseImage(n.RunningImage()); err == nil && cur.versionTriple() == target.versionTriple() {
+			return NodeOpPhaseCompleted, "node is already at " + target.versionTriple()
+		}
+	}
+	if err := retryFor(ctx, 2*time.Minute, func() error { return op.c.setUnschedulable(ctx, name, true) }); err != nil {
+		return NodeOpPhaseFailed, "cordoning the node: " + err.Error()
+	}
+	if recovery {
+		if err := n.UpgradeRecovery(spec.Image); err != nil {
+			return NodeOpPhaseFailed, err.Error()
+		}
+	}
+	if active {
+		if err := n.Upgrade(ctx, spec.Image); err != nil {
+			var f *BootFailure
+			if errors.As(err, &f) {
+				return NodeOpPhaseFailed, fmt.Sprintf("%s: %s (the node runs %s again)", f.Reason, f.Message, f.Fallback)
+			}
+			return NodeOpPhaseFailed, err.Error()
+		}
+	}
+	if err := retryFor(ctx, 2*time.Minute, func() error { return op.c.setUnschedulable(ctx, name, false) }); err != nil {
+		return NodeOpPhaseFailed, "uncordoning the node: " + err.Error()
+	}
+	return NodeOpPhaseCompleted, "upgraded to " + spec.Image
+}
+
+// simNode returns the simulated node that runs the cluster's Node name.
+func (c *Cluster) simNode(name string) *Node {
+	for _, n := range c.reg.Nodes() {
+		if n.Cluster() == c && n.Name() == name && n.Status().Phase != PhaseStopped {
+			return n
+		}
+	}
+	return nil
+}
+
+func (c *Cluster) setUnschedulable(ctx context.Context, name string, unschedulable bool) error {
+	node := &corev1.Node{}
+	if err := c.client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		return err
+	}
+	if node.Spec.Unschedulable == unschedulable {
+		return nil
+	}
+	patch := client.MergeFrom(node.DeepCopy())
+	node.Spec.Unschedulable = unschedulable
+	return c.client.Patch(ctx, node, patch)
+}

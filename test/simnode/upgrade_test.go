@@ -1,0 +1,325 @@
+package simnode_test
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kairos-capi/kairos-capi/common/render"
+	"github.com/kairos-capi/kairos-capi/test/framework"
+	"github.com/kairos-capi/kairos-capi/test/simnode"
+)
+
+// TestKairosImageNames reads and builds Kairos image references, and applies the version skew
+// rules a booting image is held to.
+func TestKairosImageNames(t *testing.T) {
+	for _, tc := range []struct {
+		ref     string
+		dist    render.Distribution
+		version string
+		kairos  string
+	}{
+		{"quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.36.3-k3s1", render.K3s, "v1.36.3+k3s1", "v3.5.0"},
+		{"quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k0sv1.36.3-k0s.0", render.K0s, "v1.36.3+k0s.0", "v3.5.0"},
+		{"quay.io/kairos/ubuntu:22.04-standard-arm64-generic-v0.0.1-k3sv1.35.0-k3s1", render.K3s, "v1.35.0+k3s1", "v0.0.1"},
+		{"registry.local:5000/kairos/ubuntu:24.04-standard-amd64-generic-v3.2.4-36-g24ca209-k3sv1.32.0-k3s1", render.K3s, "v1.32.0+k3s1", "v3.2.4-36-g24ca209"},
+		{"quay.io/kairos/alpine:3.21-core-amd64-generic-v3.5.0", "", "", "v3.5.0"},
+	} {
+		img, err := simnode.ParseImage(tc.ref)
+		if err != nil {
+			t.Errorf("%s: %v", tc.ref, err)
+			continue
+		}
+		if img.Distribution != tc.dist || img.Version != tc.version || img.KairosVersion != tc.kairos {
+			t.Errorf("%s: %+v", tc.ref, img)
+		}
+	}
+	for _, bad := range []string{"quay.io/kairos/ubuntu", "quay.io/kairos/ubuntu:latest", "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0"} {
+		if _, err := simnode.ParseImage(bad); err == nil {
+			t.Errorf("%s was read as a Kairos image", bad)
+		}
+	}
+	if got, want := simnode.KairosImage(render.K3s, "v1.36.3"), "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.36.3-k3s1"; got != want {
+		t.Errorf("KairosImage = %s, want %s", got, want)
+	}
+	if got, want := simnode.KairosImage(render.K0s, "v1.37.0+k0s.1"), "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k0sv1.37.0-k0s.1"; got != want {
+		t.Errorf("KairosImage = %s, want %s", got, want)
+	}
+}
+
+// TestNodeOpUpgradeCRDMirrorsKairosOperator: the simulated NodeOpUpgrade CRD has exactly the
+// fields the simulation mirrors from kairos-io/kairos-operator api/v1alpha1 (nodeopupgrade_types.go
+// at simnode.KairosOperatorTypesCommit, NodeStatus of nodeop_types.go at
+// simnode.KairosOperatorNodeStatusCommit), with their JSON names and types.
+func TestNodeOpUpgradeCRDMirrorsKairosOperator(t *testing.T) {
+	if simnode.KairosOperatorTypesCommit != "0e76a6f25438974e1bc543e93bf19590d263c63d" || simnode.KairosOperatorNodeStatusCommit != "0878f24405d7cabdff7a0a374bfb5daf44dcc06d" {
+		t.Fatalf("the mirrored commits changed: review the fields below against them")
+	}
+	crd := simnode.NodeOpUpgradeCRD()
+	if crd.Spec.Group != "operator.kairos.io" || crd.Spec.Names.Kind != "NodeOpUpgrade" || crd.Spec.Scope != apiextensionsv1.NamespaceScoped ||
+		len(crd.Spec.Versions) != 1 || crd.Spec.Versions[0].Name != "v1alpha1" || crd.Spec.Versions[0].Subresources == nil || crd.Spec.Versions[0].Subresources.Status == nil {
+		t.Fatalf("CRD identity: %+v", crd.Spec)
+	}
+	got := map[string]string{}
+	var walk func(path string, s apiextensionsv1.JSONSchemaProps)
+	walk = func(path string, s apiextensionsv1.JSONSchemaProps) {
+		got[path] = s.Type
+		for name, p := range s.Properties {
+			walk(path+"."+name, p)
+		}
+		if s.AdditionalProperties != nil && s.AdditionalProperties.Schema != nil {
+			walk(path+".*", *s.AdditionalProperties.Schema)
+		}
+		if s.Items != nil && s.Items.Schema != nil {
+			walk(path+"[]", *s.Items.Schema)
+		}
+	}
+	root := crd.Spec.Versions[0].Schema.OpenAPIV3Schema
+	for _, top := range []string{"spec", "status"} {
+		walk(top, root.Properties[top])
+	}
+	want := map[string]string{
+		"spec": "object", "spec.image": "string", "spec.concurrency": "integer", "spec.stopOnFailure": "boolean",
+		"spec.upgradeActive": "boolean", "spec.upgradeRecovery": "boolean", "spec.force": "boolean",
+		// metav1.LabelSelector
+		"spec.nodeSelector": "object", "spec.nodeSelector.matchLabels": "object", "spec.nodeSelector.matchLabels.*": "string",
+		"spec.nodeSelector.matchExpressions": "array", "spec.nodeSelector.matchExpressions[]": "object",
+		"spec.nodeSelector.matchExpressions[].key": "string", "spec.nodeSelector.matchExpressions[].operator": "string",
+		"spec.nodeSelector.matchExpressions[].values": "array", "spec.nodeSelector.matchExpressions[].values[]": "string",
+		"status": "object", "status.phase": "string", "status.message": "string", "status.lastUpdated": "string",
+		"status.nodeStatuses": "object", "status.nodeStatuses.*": "object", "status.nodeStatuses.*.phase": "string",
+		"status.nodeStatuses.*.message": "string", "status.nodeStatuses.*.lastUpdated": "string",
+	}
+	var diff []string
+	for k, v := range want {
+		if got[k] != v {
+			diff = append(diff, fmt.Sprintf("%s: %q, want %q", k, got[k], v))
+		}
+	}
+	for k := range got {
+		if _, ok := want[k]; !ok {
+			diff = append(diff, "unexpected field "+k)
+		}
+	}
+	sort.Strings(diff)
+	if len(diff) > 0 {
+		t.Errorf("the CRD schema differs from the mirrored fields:\n%s", strings.Join(diff, "\n"))
+	}
+	if req := root.Properties["spec"].Required; len(req) != 1 || req[0] != "image" {
+		t.Errorf("spec.required = %v, want [image] (+required in the types)", req)
+	}
+	if req := root.Properties["status"].Properties["nodeStatuses"].AdditionalProperties.Schema.Required; len(req) != 1 || req[0] != "phase" {
+		t.Errorf("NodeStatus required = %v, want [phase]", req)
+	}
+}
+
+// TestKairosUpgrade upgrades a single control-plane node of each distribution in place through
+// the simulated Kairos operator, v1.36.3 -> v1.37.0: the node reboots into the new image and comes
+// back as the same etcd member (same member ID, same data: an object written before is still
+// there), the same Node (UID, provider ID) whose kubelet reports v1.37.0, and the NodeOpUpgrade is
+// Completed. Then images a real node would not run: a broken image (boot assessment falls back to
+// the passive image), an image of the other distribution, an image two minors ahead; each leaves
+// the node on v1.37.0 and its NodeOpUpgrade Failed with the node's reason.
+func TestKairosUpgrade(t *testing.T) {
+	reg, err := simnode.NewRegistry(simnode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	for _, dist := range []render.Distribution{render.K0s, render.K3s} {
+		t.Run(string(dist), func(t *testing.T) {
+			start := time.Now()
+			w := newWorld(t, reg, dist)
+			cp := w.start("cp-0", w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-0"}), "")
+			waitPhase(t, cp, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
+			c := reg.Cluster(w.endpointString())
+			admin := c.AdminClient()
+			build := "+k3s1"
+			if dist == render.K0s {
+				build = "+k0s.0"
+			}
+			oldImage := simnode.KairosImage(dist, version)
+			if active, passive := cp.Images(); active != oldImage || passive != "" {
+				t.Fatalf("images before the upgrade: %q, %q; want %q and none", active, passive, oldImage)
+			}
+			before := node(t, admin, "cp-0")
+			if before.Status.NodeInfo.KubeletVersion != kubeletVersionOf(dist, version+build) || before.Status.NodeInfo.OSImage != "Ubuntu 24.04 LTS" {
+				t.Fatalf("nodeInfo before the upgrade: %+v", before.Status.NodeInfo)
+			}
+			members := c.EtcdMembers()
+			if len(members) != 1 {
+				t.Fatalf("etcd members %+v", members)
+			}
+			if err := admin.Create(w.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "before-upgrade"}}); err != nil {
+				t.Fatal(err)
+			}
+			// No operator until it is installed, as in a real workload cluster.
+			if err := admin.List(w.ctx, nodeOpUpgradeList()); err == nil {
+				t.Fatal("NodeOpUpgrades are served before the operator was installed")
+			}
+			if err := c.InstallKairosOperator(w.ctx); err != nil {
+				t.Fatal(err)
+			}
+
+			newImage := simnode.KairosImage(dist, "v1.37.0")
+			up := createNodeOpUpgrade(t, admin, "to-v1-37-0", newImage)
+			waitNodeOpUpgrade(t, admin, up, simnode.NodeOpPhaseCompleted, 3*time.Minute)
+			t.Logf("%s: upgraded after %s", dist, time.Since(start))
+			if s := nodeStatusOf(t, admin, up, "cp-0"); s["phase"] != simnode.NodeOpPhaseCompleted {
+				t.Errorf("nodeStatuses[cp-0] = %v", s)
+			}
+			after := node(t, admin, "cp-0")
+			if after.UID != before.UID || after.Spec.ProviderID != before.Spec.ProviderID || after.Spec.Unschedulable {
+				t.Errorf("Node after the upgrade: uid %s (was %s), providerID %q (was %q), unschedulable %v",
+					after.UID, before.UID, after.Spec.ProviderID, before.Spec.ProviderID, after.Spec.Unschedulable)
+			}
+			if want := kubeletVersionOf(dist, "v1.37.0"+build); after.Status.NodeInfo.KubeletVersion != want {
+				t.Errorf("kubeletVersion %s, want %s", after.Status.NodeInfo.KubeletVersion, want)
+			}
+			if after.Status.NodeInfo.BootID == before.Status.NodeInfo.BootID {
+				t.Error("the boot ID did not change with the reboot")
+			}
+			if m := c.EtcdMembers(); len(m) != 1 || m[0].MemberID != members[0].MemberID || m[0].Name != members[0].Name {
+				t.Errorf("etcd members after the upgrade %+v, before %+v", m, members)
+			}
+			if err := admin.Get(w.ctx, client.ObjectKey{Namespace: "default", Name: "before-upgrade"}, &corev1.ConfigMap{}); err != nil {
+				t.Errorf("the object written before the upgrade: %v", err)
+			}
+			if active, passive := cp.Images(); active != newImage || passive != oldImage || cp.RunningImage() != newImage {
+				t.Errorf("images after the upgrade: %q, %q, running %q", active, passive, cp.RunningImage())
+			}
+			if rel, err := cp.ReadFile("/etc/kairos-release"); err != nil || !strings.Contains(string(rel), `KAIROS_SOFTWARE_VERSION="v1.37.0`+build+`"`) {
+				t.Errorf("/etc/kairos-release after the upgrade: %q %v", rel, err)
+			}
+			waitReady(t, admin, "cp-0")
+
+			// Images that must not end up running. Each boot fails, boot assessment falls back.
+			broken := simnode.KairosImage(dist, "v1.37.1")
+			reg.BreakImage(broken)
+			other := render.K3s
+			if dist == render.K3s {
+				other = render.K0s
+			}
+			for _, tc := range []struct{ name, image, reason string }{
+				{"broken", broken, simnode.ReasonImageBroken},
+				{"other-distribution", simnode.KairosImage(other, "v1.37.0"), simnode.ReasonDistributionMismatch},
+				{"two-minors", simnode.KairosImage(dist, "v1.39.0"), simnode.ReasonVersionSkew},
+			} {
+				failedAt := time.Now()
+				u := createNodeOpUpgrade(t, admin, tc.name, tc.image)
+				waitNodeOpUpgrade(t, admin, u, simnode.NodeOpPhaseFailed, 3*time.Minute)
+				msg, _ := nodeStatusOf(t, admin, u, "cp-0")["message"].(string)
+				t.Logf("%s: %s after %s: %s", dist, tc.name, time.Since(failedAt).Round(time.Second), msg)
+				if !strings.Contains(msg, tc.reason) {
+					t.Errorf("%s: the node's status message %q does not carry %s", tc.name, msg, tc.reason)
+				}
+				if time.Since(failedAt) < simnode.BootAssessmentPeriod {
+					t.Errorf("%s: failed before the boot assessment period", tc.name)
+				}
+				if active, passive := cp.Images(); active != tc.image || passive != newImage || cp.RunningImage() != newImage {
+					t.Errorf("%s: images %q, %q, running %q; want the failed image active and the node back on its passive one", tc.name, active, passive, cp.RunningImage())
+				}
+				n := node(t, admin, "cp-0")
+				if want := kubeletVersionOf(dist, "v1.37.0"+build); n.Status.NodeInfo.KubeletVersion != want {
+					t.Errorf("%s: kubeletVersion %s after the fallback, want %s", tc.name, n.Status.NodeInfo.KubeletVersion, want)
+				}
+				if !n.Spec.Unschedulable {
+					t.Errorf("%s: the node was uncordoned after a failed upgrade", tc.name)
+				}
+				if m := c.EtcdMembers(); len(m) != 1 || m[0].MemberID != members[0].MemberID {
+					t.Errorf("%s: etcd members after the fallback %+v", tc.name, m)
+				}
+				waitReady(t, admin, "cp-0")
+			}
+			t.Logf("%s took %s", dist, time.Since(start))
+		})
+	}
+}
+
+func kubeletVersionOf(dist render.Distribution, installed string) string {
+	if dist == render.K0s {
+		v, _, _ := strings.Cut(installed, "+")
+		return v + "+k0s"
+	}
+	return installed
+}
+
+func nodeOpUpgradeList() *unstructured.UnstructuredList {
+	l := &unstructured.UnstructuredList{}
+	l.SetGroupVersionKind(simnode.NodeOpUpgradeGVK.GroupVersion().WithKind("NodeOpUpgradeList"))
+	return l
+}
+
+func createNodeOpUpgrade(t *testing.T, c client.Client, name, image string) *unstructured.Unstructured {
+	t.Helper()
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(simnode.NodeOpUpgradeGVK)
+	u.SetNamespace("default")
+	u.SetName(name)
+	u.Object["spec"] = map[string]any{
+		"image":         image,
+		"nodeSelector":  map[string]any{"matchLabels": map[string]any{corev1.LabelHostname: "cp-0"}},
+		"concurrency":   int64(1),
+		"stopOnFailure": true,
+	}
+	framework.Eventually(t, time.Minute, func() error { return c.Create(context.Background(), u) })
+	return u
+}
+
+func getNodeOpUpgrade(c client.Client, u *unstructured.Unstructured) (*unstructured.Unstructured, error) {
+	got := &unstructured.Unstructured{}
+	got.SetGroupVersionKind(simnode.NodeOpUpgradeGVK)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	return got, c.Get(ctx, client.ObjectKeyFromObject(u), got)
+}
+
+func waitNodeOpUpgrade(t *testing.T, c client.Client, u *unstructured.Unstructured, phase string, timeout time.Duration) {
+	t.Helper()
+	framework.Eventually(t, timeout, func() error {
+		got, err := getNodeOpUpgrade(c, u)
+		if err != nil {
+			return err
+		}
+		if p, _, _ := unstructured.NestedString(got.Object, "status", "phase"); p != phase {
+			status, _, _ := unstructured.NestedMap(got.Object, "status")
+			return fmt.Errorf("NodeOpUpgrade %s: status %v, want phase %s", u.GetName(), status, phase)
+		}
+		return nil
+	})
+}
+
+func nodeStatusOf(t *testing.T, c client.Client, u *unstructured.Unstructured, node string) map[string]any {
+	t.Helper()
+	got, err := getNodeOpUpgrade(c, u)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, _, _ := unstructured.NestedMap(got.Object, "status", "nodeStatuses", node)
+	return s
+}
+
+func waitReady(t *testing.T, c client.Client, name string) {
+	t.Helper()
+	framework.Eventually(t, time.Minute, func() error {
+		n := &corev1.Node{}
+		if err := c.Get(context.Background(), client.ObjectKey{Name: name}, n); err != nil {
+			return err
+		}
+		for _, cond := range n.Status.Conditions {
+			if cond.Type == corev1.NodeReady && cond.Status == corev1.ConditionTrue {
+				return nil
+			}
+		}
+		return fmt.Errorf("Node %s is not Ready: %+v", name, n.Status.Conditions)
+	})
+}
