@@ -511,12 +511,15 @@ func assertReplaced(t *testing.T, before, after []clusterv1.Machine) {
 }
 
 // TestRemediation: a MachineHealthCheck marks a control-plane Machine whose node stopped being
-// ready; the control plane removes its etcd member, deletes it and creates a replacement.
+// ready; the control plane removes its etcd member, deletes it and creates a replacement. k0s
+// only: the remediation rules are the reconciler's (TestReconcileRemediation), and a k3s
+// control plane is remediated through a MachineHealthCheck, its members leaving through the
+// k3s annotation, in TestTwoUnhealthyMachinesRecover/k3s (twice) and
+// TestEtcdPartitionAndPowerOff/k3s.
 func TestRemediation(t *testing.T) {
 	t.Parallel()
-	for _, dist := range distributions {
+	for _, dist := range []bootstrapv1.Distribution{bootstrapv1.DistributionK0s} {
 		t.Run(string(dist), func(t *testing.T) {
-			// The distributions run side by side: their clusters share nothing but the harness.
 			t.Parallel()
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
