@@ -25,6 +25,14 @@
 //     manifests of its manifest directory, and only then writes
 //     /run/cluster-api/bootstrap-success.complete below its root.
 //
+// A node boots a Kairos image (NodeSpec.Image, by default KairosImage of its distribution and
+// version) and keeps an active and a passive image (Node.Images). Node.Upgrade (or a NodeOpUpgrade
+// carried out by the Kairos operator a test installs with Cluster.InstallKairosOperator) writes a new
+// active image and reboots: the kubelet, the distribution and the etcd member stop and start again
+// from the same data; an image that does not boot, ships the other distribution or breaks the
+// version skew policy sends the node back to its passive image after BootAssessmentPeriod (see
+// image.go, upgrade.go, operator.go).
+//
 // A Cluster is the simulated workload cluster, keyed by its endpoint. Its API server belongs to
 // the cluster, not to the node that started it: it keeps running when that node goes away and
 // stops with Registry.StopCluster (KairosSimCluster deletion) or Registry.Close.
