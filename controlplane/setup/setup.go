@@ -1,6 +1,6 @@
-// Package setup registers the control-plane provider's controller and webhooks with a
-// manager. The manager binary uses it, and so do tests and the sandbox that run the provider
-// in-process.
+// Package setup registers the control-plane provider's controller, webhooks and in-place update
+// extension with a manager. The manager binary uses it, and so do tests and the sandbox that run
+// the provider in-process.
 package setup
 
 import (
@@ -19,6 +19,7 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/internal/extension"
 	"github.com/kairos-capi/kairos-capi/controlplane/internal/reconcilers/kairoscontrolplane"
 	"github.com/kairos-capi/kairos-capi/controlplane/internal/webhooks"
 )
@@ -75,6 +76,13 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 	}
 	if err := (&webhooks.KairosControlPlaneTemplate{}).SetupWebhookWithManager(mgr); err != nil {
 		return fmt.Errorf("setting up the KairosControlPlaneTemplate webhook: %w", err)
+	}
+	// The Kairos in-place update extension (Cluster API runtime hooks CanUpdateMachine,
+	// CanUpdateMachineSet, UpdateMachine) on the same webhook server. Serving it is inert: Cluster
+	// API calls it only once an ExtensionConfig registers it and the InPlaceUpdates and RuntimeSDK
+	// feature gates are on (controlplane/config/extension).
+	if err := extension.Register(ctx, mgr.GetWebhookServer(), &extension.Handlers{Client: mgr.GetClient(), Remote: o.ClusterCache}); err != nil {
+		return fmt.Errorf("setting up the in-place update extension: %w", err)
 	}
 	return nil
 }
