@@ -4,6 +4,7 @@ import (
 	"flag"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -217,6 +218,22 @@ func goldenCases() []goldenCase {
 			n.HostnamePrefix = "demo-md-"
 			setK3sTokens(tb, p, &n)
 			n.Config = "node-label:\n  - pool=default\n"
+			return n
+		}},
+		{name: "k3s-join-control-plane-image", node: func(tb testing.TB, p *PKI) Node {
+			n := node(K3s, RoleControlPlane)
+			n.Hostname = "demo-cp-3"
+			n.PKI = p
+			setK3sTokens(tb, p, &n)
+			n.PreCommands = []string{"modprobe br_netfilter"}
+			n.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv" + strings.TrimPrefix(n.KubernetesVersion, "v") + "-k3s1"
+			return n
+		}},
+		{name: "k0s-worker-image-unversioned", node: func(tb testing.TB, p *PKI) Node {
+			n := node(K0s, RoleWorker)
+			n.HostnamePrefix = "demo-md-"
+			n.JoinToken = k0sToken(tb, p, token.K0sWorkerToken)
+			n.Image = "registry.local:5000/edge/kairos-k0s@sha256:" + strings.Repeat("ab", 32)
 			return n
 		}},
 		{name: "k0s-network", node: func(tb testing.TB, p *PKI) Node {

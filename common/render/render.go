@@ -20,6 +20,7 @@ const BaseName = "generated"
 const (
 	stepFiles     = "kairos-capi bootstrap files"
 	stepUserFiles = "kairos-capi user files"
+	stepImage     = "kairos-capi kairos image"
 	stepPre       = "kairos-capi pre-commands"
 	stepBootstrap = "kairos-capi bootstrap sentinel"
 )
@@ -269,7 +270,17 @@ func (b *builder) build() error {
 		boot = append(boot, cloudconfig.Step{Name: stepUserFiles, Files: uf})
 	}
 
-	network := make([]cloudconfig.Step, 0, 2)
+	network := make([]cloudconfig.Step, 0, 3)
+	if n.Image != "" {
+		// First in the network stage: the upgrade pulls the image, and the distribution, which
+		// the Kairos agent starts after this stage, must not start on the wrong image (the
+		// preflight checks it again, imageScript).
+		network = append(network, cloudconfig.Step{
+			Name:     stepImage,
+			If:       notInstallerOrRecovery + " && [ ! -e " + BootstrapDoneMarker + " ]",
+			Commands: []string{"/bin/sh " + ImageScript + " upgrade"},
+		})
+	}
 	if len(n.PreCommands) > 0 {
 		network = append(network, cloudconfig.Step{
 			Name:     stepPre,

@@ -2,6 +2,8 @@ package render
 
 import (
 	"bytes"
+	"errors"
+	"os/exec"
 	"reflect"
 	"slices"
 	"strings"
@@ -653,6 +655,7 @@ func TestEveryFieldIsUsed(t *testing.T) {
 		"Endpoint":          func(n *Node) { n.Endpoint.Host = "api2.demo.example.com" },
 		"Network":           func(n *Node) { n.Network.ServiceDomain = "cluster.example" },
 		"Hostname":          func(n *Node) { n.Hostname = "h1" },
+		"Image":             func(n *Node) { n.Image = "registry.local/edge/kairos:custom" },
 		"HostnamePrefix":    func(n *Node) { n.HostnamePrefix = "h-" },
 		"Users":             func(n *Node) { n.Users[0].Groups = []string{"other"} },
 		"Install":           func(n *Node) { n.Install = &Install{Auto: true, Reboot: true} },
@@ -758,5 +761,70 @@ func TestRenderDoesNotAliasInput(t *testing.T) {
 	c2.K0sWorker.Args[0] = "x"
 	if n.Args[0] != "--debug" {
 		t.Fatal("the document writes into Node.Args")
+	}
+}
+
+// TestImageStep: a node given an image upgrades to it in the network stage, before the steps
+// that lead to the distribution (pre-commands, the bootstrap unit), only until its first
+// bootstrap; the distribution's preflight refuses to start it on another image; the script is
+// valid sh; a reference that is not an image is refused.
+func TestImageStep(t *testing.T) {
+	p := fixturePKI(t)
+	n := node(K3s, RoleWorker)
+	setK3sTokens(t, p, &n)
+	n.PreCommands = []string{"true"}
+	n.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.31.2-k3s1"
+	cfg, err := Render(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	network := cfg.Stages["network"]
+	if len(network) != 3 || network[0].Name != stepImage || network[1].Name != stepPre || network[2].Name != stepBootstrap {
+		t.Fatalf("network stage = %+v, want the image step first", network)
+	}
+	if !strings.Contains(network[0].If, "[ ! -e "+BootstrapDoneMarker+" ]") || !strings.Contains(network[0].If, "live_mode") {
+		t.Errorf("image step condition %q: must run on installed systems before the first bootstrap only", network[0].If)
+	}
+	if len(network[0].Commands) != 1 || network[0].Commands[0] != "/bin/sh "+ImageScript+" upgrade" {
+		t.Errorf("image step commands = %q", network[0].Commands)
+	}
+	files := map[string]string{}
+	for _, f := range cfg.Stages["boot"][0].Files {
+		files[f.Path] = f.Content
+	}
+	script := files[ImageScript]
+	for _, want := range []string{
+		"image=" + n.Image + "\n",
+		"release=v3.5.0-k3sv1.31.2+k3s1\n",
+		`kairos-agent upgrade --source "oci:$image"`,
+		"reboot\n",
+		"[ -e " + BootstrapDoneMarker + " ] && exit 0",
+	} {
+		if !strings.Contains(script, want) {
+			t.Errorf("image script lacks %q:\n%s", want, script)
+		}
+	}
+	if !strings.Contains(files[PreflightScript], "/bin/sh "+ImageScript+" check || exit 1") {
+		t.Errorf("preflight does not check the image:\n%s", files[PreflightScript])
+	}
+	if out, err := exec.Command("sh", "-n", "-c", script).CombinedOutput(); err != nil {
+		t.Errorf("image script is not valid sh: %v %s", err, out)
+	}
+
+	// No image: no step, no script, no check.
+	n.Image = ""
+	cfg, err = Render(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cfg.Stages["network"]) != 2 {
+		t.Errorf("network stage without an image = %+v", cfg.Stages["network"])
+	}
+
+	n.Image = "quay.io/kairos/ubuntu:v1; reboot"
+	_, err = Render(n)
+	var fe *FieldError
+	if !errors.As(err, &fe) || fe.Field != "Image" {
+		t.Fatalf("err = %v, want a FieldError on Image", err)
 	}
 }

@@ -2,6 +2,8 @@ package render
 
 import (
 	"strings"
+
+	"github.com/kairos-capi/kairos-capi/common/syntax"
 )
 
 const scriptPath = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
@@ -15,6 +17,9 @@ func (b *builder) bootstrapFiles() {
 	b.dir(dropInDir, 0o755)
 
 	b.file(PreflightScript, 0o755, b.preflightScript())
+	if n.Image != "" {
+		b.file(ImageScript, 0o755, b.imageScript())
+	}
 	b.file(BootstrapScript, 0o755, b.bootstrapScript())
 	if len(n.PreCommands) > 0 {
 		b.file(PreCommandsScript, 0o700, commandScript("PreCommands: run once, before "+b.service+" starts", n.PreCommands))
@@ -69,12 +74,70 @@ func (b *builder) preflightScript() string {
 		s.WriteString("  if [ \"${installed%%+*}\" != \"$want\" ]; then\n")
 	}
 	s.WriteString("    echo \"kairos-capi: installed " + string(n.Distribution) + " version '${installed:-none}' does not match the requested $want\" >&2\n")
-	s.WriteString("    exit 1\n  fi\nfi\n")
+	s.WriteString("    exit 1\n  fi\n")
+	if n.Image != "" {
+		s.WriteString("  /bin/sh " + ImageScript + " check || exit 1\n")
+	}
+	s.WriteString("fi\n")
 	if len(n.PreCommands) > 0 {
 		s.WriteString("if [ ! -e " + PreCommandsMarker + " ]; then\n")
 		s.WriteString("  echo \"kairos-capi: the pre-commands have not completed (see the network stage in the journal)\" >&2\n")
 		s.WriteString("  exit 1\nfi\n")
 	}
+	return s.String()
+}
+
+// imageScript makes the node run Node.Image before its distribution first starts, so that a
+// Machine created later (a scale-up, a remediation) comes up on the image its siblings were
+// upgraded to in place, even when its infrastructure still clones an older disk image.
+//
+// Mechanism: an A/B upgrade on the node, `kairos-agent upgrade --source oci:<image>` (Kairos'
+// manual upgrade, https://kairos.io/docs/upgrade/manual/; the Kairos operator's NodeOpUpgrade
+// runs the same agent upgrade from inside the image), then a reboot into the new active image.
+// Why not Kairos' install source (install.source / `kairos-agent install --source`): it applies
+// only when the machine installs itself from a live ISO, while most infrastructure providers
+// (CAPV, CAPMOX, KubeVirt) clone an installed disk and never run the installer; an upgrade works
+// for both. When: in the network stage (the image must be pulled) of the first boots, before the
+// bootstrap marker exists, which is before the Kairos agent starts k0s/k3s (provider-kairos
+// starts the distribution from the agent's bootstrap, after the network stage; see the
+// bootstrap step's --no-block). The preflight, ExecStartPre of the distribution's unit, runs
+// "check" as well, so the distribution cannot start on the old image while the reboot is
+// pending or when the upgrade failed. After the first bootstrap (BootstrapDoneMarker) the
+// script does nothing: later images come from in-place upgrades, and the data never changes.
+//
+// Which image runs: /etc/kairos-release (KAIROS_VERSION, KAIROS_SOFTWARE_VERSION_PREFIX,
+// KAIROS_SOFTWARE_VERSION, written by kairos-init) identifies the booted image by the triple the
+// Kairos operator compares, which an image tag in Kairos' naming determines
+// (syntax.ParseKairosImage). A tag that names no version cannot be compared: the node upgrades
+// to it once and trusts the upgrade (ImageUpgradeMarker), and the preflight's version pin still
+// checks the distribution it ships.
+func (b *builder) imageScript() string {
+	n := b.n
+	release := ""
+	if img, ok := syntax.ParseKairosImage(n.Image); ok {
+		release = img.Release()
+	}
+	var s strings.Builder
+	s.Grow(2048)
+	s.WriteString(b.header("Runs the Kairos image " + n.Image + " before " + b.service + " first starts: upgrade (network stage) or check (preflight)."))
+	s.WriteString(scriptPath)
+	s.WriteString("image=" + n.Image + "\n")
+	s.WriteString("release=" + release + "\n")
+	s.WriteString("[ -e " + BootstrapDoneMarker + " ] && exit 0\n")
+	s.WriteString("running=$( . /etc/kairos-release 2>/dev/null; echo \"${KAIROS_VERSION}-${KAIROS_SOFTWARE_VERSION_PREFIX}${KAIROS_SOFTWARE_VERSION}\")\n")
+	s.WriteString("upgraded=$(cat " + ImageUpgradeMarker + " 2>/dev/null)\n")
+	s.WriteString("if [ -n \"$release\" ]; then\n  [ \"$running\" = \"$release\" ] && exit 0\n")
+	s.WriteString("elif [ \"$upgraded\" = \"$image\" ]; then\n  exit 0\nfi\n")
+	s.WriteString("if [ \"$1\" != upgrade ]; then\n")
+	s.WriteString("  echo \"kairos-capi: the node runs the Kairos image $running, not $image: " + b.service + " waits for the upgrade (network stage)\" >&2\n  exit 1\nfi\n")
+	s.WriteString("if [ \"$upgraded\" = \"$image\" ]; then\n")
+	s.WriteString("  echo \"kairos-capi: the node upgraded to $image once but runs $running again: the image did not boot (boot assessment fell back); not upgrading again\" >&2\n  exit 1\nfi\n")
+	s.WriteString("echo \"$image\" > " + ImageUpgradeMarker + "\n")
+	s.WriteString("if ! kairos-agent upgrade --source \"oci:$image\"; then\n")
+	s.WriteString("  rm -f " + ImageUpgradeMarker + "\n")
+	s.WriteString("  echo \"kairos-capi: kairos-agent could not upgrade to $image; the next boot tries again\" >&2\n  exit 1\nfi\n")
+	s.WriteString("echo \"kairos-capi: upgraded to $image, rebooting into it\"\n")
+	s.WriteString("reboot\n")
 	return s.String()
 }
 

@@ -143,6 +143,10 @@ type Node struct {
 	// the prefix and the machine id on the node. At most one may be set.
 	Hostname       string
 	HostnamePrefix string
+	// Image is the Kairos OS image (an OCI reference) the node must run before its
+	// distribution first starts; empty: the image the machine boots. A node that booted another
+	// image upgrades to it and reboots first (imageScript says how and why).
+	Image string
 	// Users: at least one (the Kairos schema requires it).
 	Users []User
 	// Install nil omits install: (the disk image is already installed).
@@ -186,7 +190,13 @@ const (
 	// writes the sentinel.
 	BootstrapUnit = "kairos-capi-bootstrap.service"
 
-	PreflightScript    = ScriptDir + "/preflight.sh"
+	PreflightScript = ScriptDir + "/preflight.sh"
+	// ImageScript upgrades the node to Node.Image before the distribution first starts
+	// ("upgrade", run by the network stage) and tells whether it runs it ("check", run by the
+	// preflight); ImageUpgradeMarker records the image it upgraded to, so that a node whose
+	// upgrade did not boot does not upgrade and reboot forever.
+	ImageScript        = ScriptDir + "/image.sh"
+	ImageUpgradeMarker = ScriptDir + "/image.upgraded"
 	BootstrapScript    = ScriptDir + "/bootstrap.sh"
 	PreCommandsScript  = ScriptDir + "/pre-commands.sh"
 	PostCommandsScript = ScriptDir + "/post-commands.sh"

@@ -108,6 +108,11 @@ func (n *Node) validate() (validated, error) {
 	validateUsers(&p, n.Users)
 	n.validateInstall(&p)
 	n.validateFiles(&p)
+	if n.Image != "" && !syntax.IsImageReference(n.Image) {
+		// The reference reaches a shell script unquoted by yip: only the grammar of image
+		// references (no spaces, quotes or shell metacharacters) may pass.
+		p.add("Image", "%q is not an OCI image reference such as quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.36.3-k3s1", n.Image)
+	}
 	validateCommands(&p, "PreCommands", n.PreCommands)
 	validateCommands(&p, "PostCommands", n.PostCommands)
 	n.validateManifests(&p)

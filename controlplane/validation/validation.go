@@ -52,6 +52,13 @@ func ValidateKairosControlPlaneSpec(s *controlplanev1.KairosControlPlaneSpec, fl
 	}
 	errs = append(errs, s.MachineTemplate.ObjectMeta.Validate(fld.Child("machineTemplate", "metadata"))...)
 	errs = append(errs, validateShared(fld, s.Distribution, &s.KairosConfigSpec, s.KairosConfigTemplate, &s.Rollout, &s.MachineNaming, &s.Kubeconfig)...)
+	// The embedded spec has no kubernetesVersion (spec.version applies, validateShared): its image
+	// must ship spec.version. An image of the other distribution is reported by the embedded
+	// spec's own validation.
+	if img, ok := syntax.ParseKairosImage(s.KairosConfigSpec.Image); ok && s.KairosConfigTemplate == nil && img.Distribution == string(s.Distribution) {
+		errs = append(errs, kcvalidation.ValidateImageVersion(s.KairosConfigSpec.Image, s.Version,
+			fld.Child("kairosConfigSpec", "image"), fld.Child("version"))...)
+	}
 
 	surge := s.Rollout.Strategy.RollingUpdate.MaxSurge
 	if surge != nil && surge.String() == "0" && s.Replicas != nil && *s.Replicas < 3 {

@@ -113,6 +113,13 @@ var invalidSpecs = []struct {
 	}, "spec.kairosConfigSpec.distribution", []string{"differs from spec.distribution k0s", "remove it"}},
 	{"embedded singleNode", func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.SingleNode = true }, "spec.kairosConfigSpec.singleNode", []string{"replicas is 1", "remove it"}},
 	{"embedded kubernetesVersion", func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.KubernetesVersion = "v1.31.2" }, "spec.kairosConfigSpec.kubernetesVersion", []string{"spec.version applies", "remove it"}},
+	// the Kairos image must ship spec.version (the embedded spec has no kubernetesVersion)
+	{"embedded image of another version", func(s *controlplanev1.KairosControlPlaneSpec) {
+		s.KairosConfigSpec.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k0sv1.32.0-k0s.0"
+	}, "spec.kairosConfigSpec.image", []string{"ships k0s v1.32.0+k0s.0", "spec.version is v1.31.2", "change spec.version to v1.32.0"}},
+	{"embedded image of the other distribution", func(s *controlplanev1.KairosControlPlaneSpec) {
+		s.KairosConfigSpec.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.31.2-k3s1"
+	}, "spec.kairosConfigSpec.image", []string{"ships k3s", "distribution is k0s"}},
 	// bootstrap rules surface under spec.kairosConfigSpec
 	{"embedded user name", func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.UserName = "Root User" }, "spec.kairosConfigSpec.userName", []string{"Linux user name"}},
 	{"embedded password twice", func(s *controlplanev1.KairosControlPlaneSpec) {
@@ -206,6 +213,9 @@ func TestValidateAccepts(t *testing.T) {
 		{"template instead of spec", func(s *controlplanev1.KairosControlPlaneSpec) {
 			s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}
 			s.KairosConfigTemplate = &controlplanev1.KairosConfigTemplateReference{Name: "cp"}
+		}},
+		{"embedded image of spec.version", func(s *controlplanev1.KairosControlPlaneSpec) {
+			s.KairosConfigSpec.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k0sv1.31.2-k0s.0"
 		}},
 		{"embedded role control-plane", func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.Role = bootstrapv1.RoleControlPlane }},
 		{"embedded distribution equal", func(s *controlplanev1.KairosControlPlaneSpec) {
@@ -329,6 +339,9 @@ func TestWarnings(t *testing.T) {
 		{name: "password from a Secret", mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 			s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{UserPasswordSecretRef: &bootstrapv1.SecretKeyReference{Name: "pw"}}
 		}},
+		{name: "image without a version", mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+			s.KairosConfigSpec.Image = "registry.local/edge/node@sha256:" + strings.Repeat("ab", 32)
+		}, want: []string{`spec.kairosConfigSpec.image "registry.local/edge/node@sha256:`}},
 		// The referenced template warns about itself when it is created.
 		{name: "config template", mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 			s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}

@@ -164,6 +164,8 @@ type Node struct {
 	kubeletClient kubernetes.Interface
 	// upgrading serializes upgrades and reboots.
 	upgrading sync.Mutex
+	// imageReboots counts the reboots of the document's image step.
+	imageReboots atomic.Int32
 }
 
 // kubeletRun is a running kubelet heartbeat loop.
@@ -349,6 +351,12 @@ func (n *Node) run(ctx context.Context) {
 	}
 	installed, err := n.firstImage(p)
 	if err != nil {
+		n.fail(err)
+		return
+	}
+	// The network stage: the document's image step upgrades a node that booted another image
+	// and reboots it, before the distribution's first start.
+	if installed, err = n.followDocumentImage(p, installed); err != nil {
 		n.fail(err)
 		return
 	}

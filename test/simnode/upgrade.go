@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"regexp"
+	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -379,3 +382,116 @@ func retryFor(ctx context.Context, timeout time.Duration, fn func() error) error
 		}
 	}
 }
+
+// The document's image step (common/render imageScript): on a node's first boots, the network
+// stage runs `/bin/sh <render.ImageScript> upgrade`, which upgrades the node to the image the
+// script names unless /etc/kairos-release already shows it, and reboots; the distribution's
+// preflight ("check") keeps it from starting on another image. The simulation reads the step
+// and the script from the document, as yip and the shell would find them, and the running
+// image's identity from the node's own /etc/kairos-release.
+var (
+	imageScriptImage   = regexp.MustCompile(`(?m)^image=(\S+)\s*$`)
+	imageScriptRelease = regexp.MustCompile(`(?m)^release=(\S*)\s*$`)
+)
+
+// documentImage returns the image the document's network stage upgrades to and the
+// /etc/kairos-release identity it expects of it ("" when the tag names none), or "" when the
+// document has no image step.
+func (p *plan) documentImage() (image, release string) {
+	script, ok := p.files[render.ImageScript]
+	if !ok {
+		return "", ""
+	}
+	runs := false
+	for _, c := range p.commands {
+		if strings.Contains(c, render.ImageScript) && strings.HasSuffix(strings.TrimSpace(c), " upgrade") {
+			runs = true
+		}
+	}
+	m := imageScriptImage.FindStringSubmatch(script)
+	if !runs || m == nil {
+		return "", ""
+	}
+	if r := imageScriptRelease.FindStringSubmatch(script); r != nil {
+		release = r[1]
+	}
+	return m[1], release
+}
+
+// runningRelease is what the image script computes from /etc/kairos-release:
+// ${KAIROS_VERSION}-${KAIROS_SOFTWARE_VERSION_PREFIX}${KAIROS_SOFTWARE_VERSION}.
+func (n *Node) runningRelease() string {
+	raw, _ := os.ReadFile(n.hostPath("/etc/kairos-release"))
+	vars := map[string]string{}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if k, v, ok := strings.Cut(line, "="); ok {
+			if u, err := strconv.Unquote(v); err == nil {
+				v = u
+			}
+			vars[k] = v
+		}
+	}
+	return vars["KAIROS_VERSION"] + "-" + vars["KAIROS_SOFTWARE_VERSION_PREFIX"] + vars["KAIROS_SOFTWARE_VERSION"]
+}
+
+// followDocumentImage runs the document's image step on a node's first boot, before its
+// distribution starts: a node that booted another image upgrades to the document's (the image
+// becomes active, the booted one passive) and reboots into it. It returns the distribution
+// version the node runs then. The upgrade is refused as Upgrade's boots are: an image of another
+// distribution, or a version skew k0s/k3s do not allow from the booted image or next to the
+// cluster's running control-plane nodes; an image that does not boot sends the node back to its
+// passive image, where the script does not upgrade again and the preflight keeps the
+// distribution stopped.
+func (n *Node) followDocumentImage(p *plan, installed string) (string, error) {
+	want, release := p.documentImage()
+	if want == "" {
+		return installed, nil
+	}
+	if _, err := os.Stat(n.hostPath(render.BootstrapDoneMarker)); err == nil {
+		return installed, nil
+	}
+	upgraded, _ := os.ReadFile(n.hostPath(render.ImageUpgradeMarker))
+	if (release != "" && n.runningRelease() == release) || (release == "" && strings.TrimSpace(string(upgraded)) == want) {
+		return installed, nil
+	}
+	from := n.RunningImage()
+	img, err := ParseImage(want)
+	if err != nil {
+		return "", refuse(ReasonImageBroken, "kairos-agent upgrade --source oci:%s: the simulation knows images by their Kairos reference only: %v", want, err)
+	}
+	if img.Distribution != p.distribution {
+		return "", refuse(ReasonDistributionMismatch, "the document's image %s ships %s, not %s: %s cannot start", want, describeDistribution(img), p.distribution, serviceOf(p))
+	}
+	var peers []string
+	if c := n.runningCluster(n.spec.Endpoint); c != nil {
+		peers = n.controlPlanePeerVersions(c)
+	}
+	base := installed
+	if base == "" {
+		base = img.Version // the booted image ships no distribution: nothing to skip from
+	}
+	if err := checkUpgradeSkew(p.role, base, img.Version, peers); err != nil {
+		return "", refuse(ReasonVersionSkew, "upgrading from %s to the document's image %s: %s %s refuses to start: %v", from, want, p.distribution, img.Version, err)
+	}
+	if err := n.writeFile(render.ImageUpgradeMarker, want+"\n"); err != nil {
+		return "", retry(ReasonStartFailed, "writing %s: %v", render.ImageUpgradeMarker, err)
+	}
+	n.mu.Lock()
+	n.images.passive, n.images.active = from, want
+	n.mu.Unlock()
+	n.setStatus(Status{Phase: PhaseBooting, Reason: ReasonRebooting, Message: fmt.Sprintf("upgraded from %s to the document's image %s, rebooting into it", from, want)})
+	if n.reg.imageBroken(want) {
+		time.Sleep(BootAssessmentPeriod)
+		return "", refuse(ReasonImageBroken, "the document's image %s does not boot; boot assessment fell back to %s, where the image step does not upgrade again and the preflight keeps %s stopped", want, from, serviceOf(p))
+	}
+	n.writeRelease(img)
+	n.mu.Lock()
+	n.images.running = want
+	n.installed = img.Version
+	n.mu.Unlock()
+	n.imageReboots.Add(1)
+	return img.Version, nil
+}
+
+// ImageReboots counts the reboots the document's image step caused.
+func (n *Node) ImageReboots() int { return int(n.imageReboots.Load()) }

@@ -323,3 +323,80 @@ func waitReady(t *testing.T, c client.Client, name string) {
 		return fmt.Errorf("Node %s is not Ready: %+v", name, n.Status.Conditions)
 	})
 }
+
+// TestDocumentImage: a node whose infrastructure boots an older image than its bootstrap
+// document names (a Machine created after its siblings were upgraded in place, from a template
+// that still clones the old disk) upgrades to the document's image and reboots before its
+// distribution starts, and runs that image's version; the upgrade is refused like any other when
+// the image ships the other distribution or a version k0s/k3s cannot move to.
+func TestDocumentImage(t *testing.T) {
+	reg, err := simnode.NewRegistry(simnode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	// The infrastructure's image: an older Kairos release and the previous Kubernetes minor.
+	oldImage := func(dist render.Distribution, k8s string) string {
+		return strings.Replace(simnode.KairosImage(dist, k8s), "-v3.5.0-", "-v3.4.0-", 1)
+	}
+	for _, dist := range []render.Distribution{render.K0s, render.K3s} {
+		t.Run(string(dist), func(t *testing.T) {
+			w := newWorld(t, reg, dist)
+			want := simnode.KairosImage(dist, version)
+			from := oldImage(dist, "v1.35.2")
+			doc := w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-0", Image: want})
+			cp, err := reg.StartNode(simnode.NodeSpec{Namespace: "test", Name: "cp-0", Endpoint: w.endpointString(), Data: doc, Image: from})
+			if err != nil {
+				t.Fatal(err)
+			}
+			waitPhase(t, cp, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
+			if active, passive := cp.Images(); active != want || passive != from || cp.RunningImage() != want {
+				t.Errorf("images: active %q, passive %q, running %q; want %q, %q, %q", active, passive, cp.RunningImage(), want, from, want)
+			}
+			if cp.ImageReboots() != 1 {
+				t.Errorf("image reboots = %d, want 1", cp.ImageReboots())
+			}
+			build := "+k3s1"
+			if dist == render.K0s {
+				build = "+k0s.0"
+			}
+			if got := cp.InstalledVersion(); got != version+build {
+				t.Errorf("installed %s, want %s", got, version+build)
+			}
+			admin := reg.Cluster(w.endpointString()).AdminClient()
+			if n := node(t, admin, "cp-0"); n.Status.NodeInfo.KubeletVersion != kubeletVersionOf(dist, version+build) {
+				t.Errorf("kubeletVersion %s, want %s", n.Status.NodeInfo.KubeletVersion, kubeletVersionOf(dist, version+build))
+			}
+			if rel, err := cp.ReadFile("/etc/kairos-release"); err != nil || !strings.Contains(string(rel), `KAIROS_VERSION="v3.5.0"`) {
+				t.Errorf("/etc/kairos-release: %q %v", rel, err)
+			}
+
+			// A node already on the document's image does not upgrade.
+			same := w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-x", Image: want})
+			other := render.K3s
+			if dist == render.K3s {
+				other = render.K0s
+			}
+			for _, tc := range []struct {
+				name, boots, image, reason string
+			}{
+				{"other distribution", from, simnode.KairosImage(other, version), simnode.ReasonDistributionMismatch},
+				{"skips a minor", oldImage(dist, "v1.34.2"), want, simnode.ReasonVersionSkew},
+			} {
+				d := w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-x", Image: tc.image})
+				if tc.image == want {
+					d = same
+				}
+				n, err := reg.StartNode(simnode.NodeSpec{Namespace: "test", Name: "refused-" + strings.ReplaceAll(tc.name, " ", "-"), Endpoint: w.endpointString(), Data: d, Image: tc.boots})
+				if err != nil {
+					t.Fatal(err)
+				}
+				waitPhase(t, n, simnode.PhaseRefused, tc.reason, time.Minute)
+				if n.RunningImage() != tc.boots || n.ImageReboots() != 0 {
+					t.Errorf("%s: running %q after %d image reboots, want %q and none", tc.name, n.RunningImage(), n.ImageReboots(), tc.boots)
+				}
+				t.Logf("%s: %s", tc.name, n.Status().Message)
+			}
+		})
+	}
+}

@@ -85,6 +85,18 @@ type KairosConfigSpec struct {
 	// +kubebuilder:validation:MaxLength=256
 	KubernetesVersion string `json:"kubernetesVersion,omitempty"`
 
+	// image is the Kairos OS image the node runs: an OCI reference to a Kairos image that ships
+	// the distribution, e.g. quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.36.3-k3s1
+	// (Kairos names the distribution and its version at the end of the tag). A node that boots
+	// another image upgrades to this one (kairos-agent upgrade, then a reboot) before its
+	// distribution first starts, so that Machines created later run the image their siblings
+	// were upgraded to in place. A tag that names the version is checked against the Machine's
+	// version; another tag or a digest is not (admission warns). The only field that may change
+	// once the bootstrap data exists (an in-place update). Empty: the image the machine boots.
+	// +optional
+	// +kubebuilder:validation:MaxLength=512
+	Image string `json:"image,omitempty"`
+
 	// singleNode makes a control-plane node also run workloads, without the control-plane
 	// taint. Only valid for role control-plane. The control-plane provider sets it when it
 	// manages exactly one replica.

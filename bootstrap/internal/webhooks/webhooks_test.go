@@ -168,7 +168,7 @@ func TestValidateUpdateImmutableOnceDataExists(t *testing.T) {
 				t.Fatal("update accepted")
 			}
 			causes := statusCauses(t, err)
-			if len(causes) != 1 || !hasCause(causes, "spec", metav1.CauseTypeForbidden, "is immutable once the bootstrap data exists") ||
+			if len(causes) != 1 || !hasCause(causes, "spec.preCommands", metav1.CauseTypeForbidden, "is immutable once the bootstrap data exists") ||
 				!strings.Contains(causes[0].Message, "create a new KairosConfig for a new Machine") {
 				t.Fatalf("causes = %+v", causes)
 			}
@@ -176,6 +176,46 @@ func TestValidateUpdateImmutableOnceDataExists(t *testing.T) {
 				t.Errorf("message %q does not name the data Secret", causes[0].Message)
 			}
 		})
+	}
+}
+
+// TestValidateUpdateInPlaceFields: once the data exists, spec.image (the field Cluster API's
+// in-place update changes, bootstrap-config contract "support for in-place changes") may change;
+// every other change is refused on the field that changed, and the message says what may change.
+func TestValidateUpdateInPlaceFields(t *testing.T) {
+	const (
+		imageA = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k0sv1.31.2-k0s.0"
+		imageB = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.6.0-k0sv1.31.2-k0s.0"
+	)
+	old := kairosConfig(controlPlane(bootstrapv1.DistributionK0s))
+	old.Spec.Image = imageA
+	old.Status.Initialization.DataSecretCreated = ptr.To(true)
+
+	for _, img := range []string{imageB, ""} {
+		changed := old.DeepCopy()
+		changed.Spec.Image = img
+		if _, err := (&KairosConfig{}).ValidateUpdate(context.Background(), old, changed); err != nil {
+			t.Errorf("image %q -> %q refused: %v", imageA, img, err)
+		}
+	}
+
+	changed := old.DeepCopy()
+	changed.Spec.Image = imageB
+	changed.Spec.PreCommands = []string{"echo changed"}
+	changed.Spec.UserGroups = []string{"admin", "wheel"}
+	_, err := (&KairosConfig{}).ValidateUpdate(context.Background(), old, changed)
+	causes := statusCauses(t, err)
+	if len(causes) != 2 || !hasCause(causes, "spec.preCommands", metav1.CauseTypeForbidden, "only spec.image change in place") ||
+		!hasCause(causes, "spec.userGroups", metav1.CauseTypeForbidden, "immutable once the bootstrap data exists") {
+		t.Fatalf("causes = %+v, want spec.preCommands and spec.userGroups refused (and spec.image not)", causes)
+	}
+
+	// A new image is still validated: another distribution's image is refused.
+	changed = old.DeepCopy()
+	changed.Spec.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.31.2-k3s1"
+	_, err = (&KairosConfig{}).ValidateUpdate(context.Background(), old, changed)
+	if causes := statusCauses(t, err); len(causes) != 1 || !hasCause(causes, "spec.image", metav1.CauseTypeFieldValueInvalid, "distribution is k0s") {
+		t.Fatalf("causes = %+v", causes)
 	}
 }
 
@@ -200,7 +240,7 @@ func TestValidateUpdateStillValidates(t *testing.T) {
 	bad.Hostname = "Bad_Host"
 	_, err := (&KairosConfig{}).ValidateUpdate(context.Background(), old, kairosConfig(bad))
 	causes := statusCauses(t, err)
-	if !hasCause(causes, "spec", metav1.CauseTypeForbidden, "immutable") || !hasCause(causes, "spec.hostname", metav1.CauseTypeFieldValueInvalid, "RFC 1123") {
+	if !hasCause(causes, "spec.hostname", metav1.CauseTypeForbidden, "immutable") || !hasCause(causes, "spec.hostname", metav1.CauseTypeFieldValueInvalid, "RFC 1123") {
 		t.Fatalf("causes = %+v, want immutability and validation", causes)
 	}
 

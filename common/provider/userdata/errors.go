@@ -137,6 +137,8 @@ func locateField(spec *bootstrapv1.KairosConfigSpec, in Inputs, field string) Pr
 			return inSpec("sshPublicKey")
 		}
 		return inSpec("userName")
+	case "Image":
+		return inSpec("image")
 	case "Hostname":
 		return inSpec("hostname")
 	case "HostnamePrefix":

@@ -162,6 +162,7 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 		// claim it first with k3s://<node name>, and a Node's provider ID never changes.
 		ExternalProviderID: providerIDFromMachine(spec, in),
 		HostnamePrefix:     spec.HostnamePrefix,
+		Image:              spec.Image,
 		Users:              []render.User{user},
 		PreCommands:        spec.PreCommands,
 		PostCommands:       spec.PostCommands,

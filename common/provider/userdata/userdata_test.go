@@ -227,6 +227,8 @@ func fieldCases(f *fixture) map[string]fieldCase {
 			want: []string{"echo distinct-pre", render.PreCommandsScript}},
 		"PostCommands": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) { s.PostCommands = []string{"echo distinct-post"} },
 			want: []string{"echo distinct-post", render.PostCommandsScript}},
+		"Image": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Image = "registry.local/edge/kairos-distinct:custom" },
+			want: []string{"image=registry.local/edge/kairos-distinct:custom", render.ImageScript + " upgrade"}},
 		"Hostname": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Hostname = "node-distinct" },
 			want: []string{"hostname: node-distinct"}},
 		"HostnamePrefix": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) { s.HostnamePrefix = "pool-x-" },

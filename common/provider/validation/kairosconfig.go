@@ -94,6 +94,7 @@ func ValidateKairosConfigSpec(s *bootstrapv1.KairosConfigSpec, fld *field.Path) 
 			msgSingleNodeWorker))
 	}
 
+	errs = append(errs, validateImage(s, fld)...)
 	errs = append(errs, validateUser(s, fld)...)
 	errs = append(errs, validateWorkerToken(s, fld)...)
 	errs = append(errs, validateManifests(s, fld.Child("manifests"))...)
@@ -122,7 +123,57 @@ func KairosConfigSpecWarnings(s *bootstrapv1.KairosConfigSpec, fld *field.Path) 
 		warnings = append(warnings, fmt.Sprintf("%s has no effect with k3s: kube-vip elects the holder of the virtual IP with a Kubernetes lease, not VRRP",
 			fld.Child("virtualIP", "virtualRouterID")))
 	}
+	if s.Image != "" && syntax.IsImageReference(s.Image) {
+		if _, ok := syntax.ParseKairosImage(s.Image); !ok {
+			warnings = append(warnings, fmt.Sprintf("%s %q names no Kairos distribution version (a standard Kairos image ends its tag with -<kairos version>-%sv<kubernetes version>-<build>), "+
+				"so its distribution and version cannot be checked here: a node that booted another image upgrades to it once before %s starts, and starts %s only if the version it ships matches the requested one",
+				fld.Child("image"), s.Image, s.Distribution, s.Distribution, s.Distribution))
+		}
+	}
 	return warnings
+}
+
+// validateImage checks spec.image: an image reference and, when its tag names the distribution
+// and Kubernetes version the way Kairos names standard images, the spec's distribution and
+// kubernetesVersion. A node refuses to start a distribution of another version (the preflight),
+// so an image that disagrees would leave every Machine of the spec without a Node.
+func validateImage(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
+	if s.Image == "" {
+		return nil
+	}
+	p := fld.Child("image")
+	if !syntax.IsImageReference(s.Image) {
+		return field.ErrorList{field.Invalid(p, s.Image,
+			"must be an OCI image reference such as quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.36.3-k3s1 (lower-case repository, a tag and/or a digest)")}
+	}
+	img, ok := syntax.ParseKairosImage(s.Image)
+	if !ok {
+		return nil // KairosConfigSpecWarnings says it cannot be checked
+	}
+	var errs field.ErrorList
+	if string(s.Distribution) != "" && img.Distribution != string(s.Distribution) {
+		errs = append(errs, field.Invalid(p, s.Image, fmt.Sprintf(
+			"ships %s %s, but the distribution is %s: the node could not start %s; use a %s image (its tag ends with -%sv<version>-<build>)",
+			img.Distribution, img.SoftwareVersion(), s.Distribution, s.Distribution, s.Distribution, s.Distribution)))
+		return errs
+	}
+	return append(errs, ValidateImageVersion(s.Image, s.KubernetesVersion, p, fld.Child("kubernetesVersion"))...)
+}
+
+// ValidateImageVersion checks that an image whose tag names its distribution version ships the
+// version a spec asks for (versionFld: spec.kubernetesVersion of a KairosConfig, spec.version of a
+// KairosControlPlane). An empty version, or an image whose tag names none, is not checked.
+func ValidateImageVersion(image, version string, fld, versionFld *field.Path) field.ErrorList {
+	img, ok := syntax.ParseKairosImage(image)
+	if !ok || version == "" {
+		return nil
+	}
+	if syntax.ImageShipsVersion(img.SoftwareVersion(), version) {
+		return nil
+	}
+	return field.ErrorList{field.Invalid(fld, image, fmt.Sprintf(
+		"ships %s %s, but %s is %s: the node's preflight would refuse to start %s; use the image of %s, or change %s to %s",
+		img.Distribution, img.SoftwareVersion(), versionFld, version, img.Distribution, version, versionFld, img.KubernetesVersion))}
 }
 
 func validateUser(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {

@@ -259,6 +259,34 @@ func validationCases() []validationCase {
 			}
 		}, nil},
 
+		// image
+		{"image of the spec's distribution and version", cpK3s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.31.2-k3s1"
+		}, nil},
+		{"k0s image pinned build", cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.KubernetesVersion = "v1.31.2+k0s"
+			s.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k0sv1.31.2-k0s.1"
+		}, nil},
+		{"image without a version to check", cpK3s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.Image = "registry.local:5000/edge/node@sha256:" + strings.Repeat("ab", 32)
+		}, nil},
+		{"image checked by distribution only without kubernetesVersion", wkK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.KubernetesVersion = ""
+			s.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k0sv1.37.0-k0s.0"
+		}, nil},
+		{"image not a reference", cpK3s, func(s *bootstrapv1.KairosConfigSpec) { s.Image = "Quay.io/Kairos Ubuntu" },
+			[]wantErr{e("spec.image", field.ErrorTypeInvalid, "OCI image reference", "quay.io/kairos/ubuntu:")}},
+		{"image of the other distribution", cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.31.2-k3s1"
+		}, []wantErr{e("spec.image", field.ErrorTypeInvalid, "ships k3s v1.31.2+k3s1", "distribution is k0s", "use a k0s image")}},
+		{"image of another version", wkK3s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.32.0-k3s1"
+		}, []wantErr{e("spec.image", field.ErrorTypeInvalid, "ships k3s v1.32.0+k3s1", "spec.kubernetesVersion is v1.31.2", "change spec.kubernetesVersion to v1.32.0")}},
+		{"image of another build than pinned", cpK3s, func(s *bootstrapv1.KairosConfigSpec) {
+			s.KubernetesVersion = "v1.31.2+k3s2"
+			s.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.31.2-k3s1"
+		}, []wantErr{e("spec.image", field.ErrorTypeInvalid, "spec.kubernetesVersion is v1.31.2+k3s2")}},
+
 		// hostname / hostnamePrefix
 		{"hostname and prefix", cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.ProviderID.Source = bootstrapv1.ProviderIDFromDistribution
@@ -429,7 +457,7 @@ func TestValidateCoversEveryField(t *testing.T) {
 		"role", "distribution", "kubernetesVersion", "singleNode", "userName", "userPassword",
 		"userPasswordSecretRef", "userGroups", "githubUser", "sshPublicKey", "workerToken",
 		"workerTokenSecretRef", "manifests", "files", "hostname", "hostnamePrefix", "install",
-		"k0s", "k3s", "cloudConfigFragments",
+		"k0s", "k3s", "cloudConfigFragments", "image",
 	} {
 		if !failing[f] {
 			t.Errorf("no failing validation case for spec.%s", f)
@@ -506,6 +534,16 @@ func TestWarnings(t *testing.T) {
 		{"a VRRP router ID on k0s is used", field.NewPath("spec"), func() bootstrapv1.KairosConfigSpec {
 			s := cpK0s()
 			s.VirtualIP = &bootstrapv1.VirtualIP{Address: "192.0.2.10", VirtualRouterID: 77}
+			return s
+		}, nil},
+		{"an image whose tag names no version cannot be checked", field.NewPath("spec"), func() bootstrapv1.KairosConfigSpec {
+			s := cpK3s()
+			s.Image = "registry.local:5000/edge/node:2026.11"
+			return s
+		}, [][]string{{`spec.image "registry.local:5000/edge/node:2026.11" names no Kairos distribution version`, "cannot be checked", "upgrades to it once before k3s starts", "only if the version it ships matches"}}},
+		{"an image of standard naming is checked, not warned about", field.NewPath("spec"), func() bootstrapv1.KairosConfigSpec {
+			s := cpK3s()
+			s.Image = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.31.2-k3s1"
 			return s
 		}, nil},
 		{"both warnings", field.NewPath("spec"), func() bootstrapv1.KairosConfigSpec {

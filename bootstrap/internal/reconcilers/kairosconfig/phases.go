@@ -26,6 +26,7 @@ import (
 	"github.com/kairos-capi/kairos-capi/common/provider/clustersecret"
 	"github.com/kairos-capi/kairos-capi/common/provider/userdata"
 	"github.com/kairos-capi/kairos-capi/common/render"
+	"github.com/kairos-capi/kairos-capi/common/syntax"
 	"github.com/kairos-capi/kairos-capi/common/token"
 )
 
@@ -214,6 +215,19 @@ func (r *Reconciler) reconcilePrerequisites(_ context.Context, s *scope) (ctrl.R
 	case ownerVersion != "" && !sameVersion(version, ownerVersion):
 		s.wait(bootstrapv1.InvalidConfigurationReason, "spec.kubernetesVersion %s differs from %s %s spec.version %s: make them equal or leave spec.kubernetesVersion empty",
 			version, s.owner.kind(), s.owner.object().GetName(), ownerVersion)
+		return ctrl.Result{}, nil
+	}
+	// The node refuses to start a distribution other than the version asked for (the
+	// preflight), so data whose image ships another version would leave the Machine without a
+	// Node. Admission compares the image with the spec's version; the Machine's version is only
+	// known here.
+	if img, ok := syntax.ParseKairosImage(s.config.Spec.Image); ok && !syntax.ImageShipsVersion(img.SoftwareVersion(), version) {
+		source := "spec.kubernetesVersion"
+		if s.config.Spec.KubernetesVersion == "" {
+			source = fmt.Sprintf("%s %s spec.version", s.owner.kind(), s.owner.object().GetName())
+		}
+		s.wait(bootstrapv1.InvalidConfigurationReason, "spec.image %s ships %s %s, but %s is %s: the node would refuse to start %s; use the image of %s, or the version the image ships",
+			s.config.Spec.Image, img.Distribution, img.SoftwareVersion(), source, version, img.Distribution, version)
 		return ctrl.Result{}, nil
 	}
 	if s.config.Spec.Role == bootstrapv1.RoleControlPlane && s.owner.pool != nil {

@@ -150,6 +150,17 @@ func (r *Reconciler) Reconcile(ctx context.Context, req ctrl.Request) (_ ctrl.Re
 		return ctrl.Result{}, client.IgnoreNotFound(err)
 	}
 
+	// A KairosConfig that Cluster API is updating in place (contract "BootstrapConfig: support
+	// for in-place changes": the update extension applies the change to the node; the bootstrap
+	// provider "should ignore in-place changes and do not re-generate the bootstrap config") is
+	// left alone until the annotation goes: no data, no token, no status written. Its data
+	// Secret already exists (only provisioned Machines are updated in place), and data that
+	// exists is never rendered again anyway (reconcileExistingData).
+	if _, ok := config.Annotations[clusterv1.UpdateInProgressAnnotation]; ok {
+		log.V(4).Info("Cluster API is updating the Machine in place, leaving its KairosConfig alone")
+		return ctrl.Result{}, nil
+	}
+
 	owner, err := getConfigOwner(ctx, r.Client, config)
 	if err != nil {
 		if apierrors.IsNotFound(err) {

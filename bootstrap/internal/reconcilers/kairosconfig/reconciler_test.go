@@ -218,6 +218,7 @@ func TestReconcilePrerequisites(t *testing.T) {
 		cluster       func(*clusterv1.Cluster)
 		role          bootstrapv1.Role
 		specVersion   string
+		image         string
 		owner         *configOwner
 		wantReason    string
 		wantMessage   []string
@@ -242,6 +243,16 @@ func TestReconcilePrerequisites(t *testing.T) {
 		{name: "version mismatch", specVersion: "v1.31.2", owner: &configOwner{machine: newMachine("m", "v1.30.0")},
 			wantReason:  bootstrapv1.InvalidConfigurationReason,
 			wantMessage: []string{"spec.kubernetesVersion v1.31.2 differs from Machine m spec.version v1.30.0", "make them equal or leave spec.kubernetesVersion empty"}},
+		{name: "image of another version than the Machine", image: "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.32.0-k3s1",
+			owner: &configOwner{machine: newMachine("m", "v1.31.2")}, wantReason: bootstrapv1.InvalidConfigurationReason,
+			wantMessage: []string{"spec.image quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.32.0-k3s1 ships k3s v1.32.0+k3s1", "Machine m spec.version is v1.31.2", "use the image of v1.31.2"}},
+		{name: "image of another version than the spec", image: "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.32.0-k3s1", specVersion: "v1.31.2+k3s1",
+			owner: &configOwner{machine: newMachine("m", "")}, wantReason: bootstrapv1.InvalidConfigurationReason,
+			wantMessage: []string{"but spec.kubernetesVersion is v1.31.2+k3s1"}},
+		{name: "image of the Machine's version", image: "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k3sv1.31.2-k3s1",
+			owner: &configOwner{machine: newMachine("m", "v1.31.2")}, wantVersion: "v1.31.2", wantEndpoint: "api.demo.example.com:6443", wantClusterNm: "demo"},
+		{name: "image whose tag names no version", image: "registry.local/edge/kairos:custom",
+			owner: &configOwner{machine: newMachine("m", "v1.31.2")}, wantVersion: "v1.31.2", wantEndpoint: "api.demo.example.com:6443", wantClusterNm: "demo"},
 		{name: "MachinePool control plane", role: bootstrapv1.RoleControlPlane, owner: &configOwner{pool: pool},
 			wantReason: bootstrapv1.InvalidConfigurationReason, wantMessage: []string{"MachinePools cannot run control-plane nodes"}},
 		{name: "version from the Machine", owner: &configOwner{machine: newMachine("m", "v1.31.2")},
@@ -263,7 +274,7 @@ func TestReconcilePrerequisites(t *testing.T) {
 			if role == "" {
 				role = bootstrapv1.RoleWorker
 			}
-			config := newConfig("m", bootstrapv1.KairosConfigSpec{Role: role, KubernetesVersion: tc.specVersion})
+			config := newConfig("m", bootstrapv1.KairosConfigSpec{Role: role, KubernetesVersion: tc.specVersion, Image: tc.image})
 			s := &scope{config: config, owner: tc.owner, cluster: cluster}
 			res, err := (&Reconciler{}).reconcilePrerequisites(context.Background(), s)
 			if err != nil || !res.IsZero() {
@@ -930,6 +941,98 @@ func TestDataIsWrittenOnce(t *testing.T) {
 	}
 	if string(first.Data["value"]) != string(second.Data["value"]) {
 		t.Fatal("the data Secret was rendered again")
+	}
+}
+
+// snapshot is every Secret (name and resourceVersion) and the KairosConfig's resourceVersion.
+func snapshot(t *testing.T, c client.Client, config string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	secrets := &corev1.SecretList{}
+	if err := c.List(context.Background(), secrets); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range secrets.Items {
+		out["Secret "+s.Namespace+"/"+s.Name] = s.ResourceVersion
+	}
+	kc := &bootstrapv1.KairosConfig{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: config}, kc); err != nil {
+		t.Fatal(err)
+	}
+	out["KairosConfig"] = kc.ResourceVersion
+	return out
+}
+
+// TestInPlaceChangesWriteNothing: Cluster API's in-place update writes the desired KairosConfig
+// of a Machine (here a new spec.image) while the update extension upgrades the node; the
+// bootstrap controller ignores the change (bootstrap-config contract, "support for in-place
+// changes"): no Secret is written or created (no data, no token), and the KairosConfig's status
+// does not move.
+func TestInPlaceChangesWriteNothing(t *testing.T) {
+	const (
+		oldImage = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.0-k0sv1.31.2-k0s.0"
+		newImage = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.6.0-k0sv1.31.2-k0s.0"
+	)
+	for _, annotated := range []bool{false, true} {
+		t.Run(fmt.Sprintf("update-in-progress annotation %v", annotated), func(t *testing.T) {
+			cluster := newCluster()
+			objs := append(pkiObjects(t), cluster, newMachine("m", "v1.31.2"),
+				newConfig("m", bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane, Image: oldImage}))
+			r := NewOffline(newClient(t, objs...))
+			_, _ = reconcile(t, r, "m")
+			_, _ = reconcile(t, r, "m")
+			before := snapshot(t, r.Client, "m")
+			if _, ok := before["Secret "+ns+"/m"]; !ok {
+				t.Fatalf("no data Secret: %v", before)
+			}
+			data := &corev1.Secret{}
+			if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, data); err != nil {
+				t.Fatal(err)
+			}
+
+			config := &bootstrapv1.KairosConfig{}
+			if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, config); err != nil {
+				t.Fatal(err)
+			}
+			config.Spec.Image = newImage
+			if annotated {
+				config.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: ""}
+			}
+			if err := r.Client.Update(context.Background(), config); err != nil {
+				t.Fatal(err)
+			}
+			before = snapshot(t, r.Client, "m")
+			for range 2 {
+				if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: client.ObjectKeyFromObject(config)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if after := snapshot(t, r.Client, "m"); !reflect.DeepEqual(before, after) {
+				t.Fatalf("the controller wrote after an in-place change:\nbefore %v\nafter  %v", before, after)
+			}
+			again := &corev1.Secret{}
+			if err := r.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: "m"}, again); err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(again.Data["value"]), oldImage) || strings.Contains(string(again.Data["value"]), newImage) {
+				t.Fatal("the data Secret does not hold the image the node was created with")
+			}
+		})
+	}
+}
+
+// TestUpdateInProgressIsLeftAlone: a KairosConfig carrying Cluster API's update-in-progress
+// annotation is not reconciled at all, whatever its state.
+func TestUpdateInProgressIsLeftAlone(t *testing.T) {
+	cluster := newCluster()
+	cfg := newConfig("m", bootstrapv1.KairosConfigSpec{Role: bootstrapv1.RoleControlPlane})
+	cfg.Annotations = map[string]string{clusterv1.UpdateInProgressAnnotation: ""}
+	objs := append(pkiObjects(t), cluster, newMachine("m", "v1.31.2"), cfg)
+	r := NewOffline(newClient(t, objs...))
+	before := snapshot(t, r.Client, "m")
+	_, _ = reconcile(t, r, "m")
+	if after := snapshot(t, r.Client, "m"); !reflect.DeepEqual(before, after) {
+		t.Fatalf("the controller wrote for an annotated KairosConfig:\nbefore %v\nafter  %v", before, after)
 	}
 }
 
