@@ -46,6 +46,10 @@ type cpCluster struct {
 	t   *testing.T
 	ctx context.Context
 	kcp *controlplanev1.KairosControlPlane
+	// key names the Cluster and the KairosControlPlane (the same name). The Cluster and kcp
+	// objects are refreshed in place by get and TestCluster.Get while watchers read in other
+	// goroutines; these never change.
+	key client.ObjectKey
 }
 
 type cpOptions struct {
@@ -116,7 +120,7 @@ func newControlPlaneCluster(t *testing.T, dist bootstrapv1.Distribution, o cpOpt
 	if err := mh.Client.Create(ctx, kcp); err != nil {
 		t.Fatal(err)
 	}
-	return &cpCluster{TestCluster: tc, h: mh, t: t, ctx: ctx, kcp: kcp}
+	return &cpCluster{TestCluster: tc, h: mh, t: t, ctx: ctx, kcp: kcp, key: client.ObjectKey{Namespace: ns, Name: name}}
 }
 
 // get refreshes the KairosControlPlane.
@@ -144,8 +148,8 @@ func (c *cpCluster) update(mutate func(*controlplanev1.KairosControlPlaneSpec)) 
 // controlPlaneMachines lists the control-plane Machines, oldest first.
 func (c *cpCluster) controlPlaneMachines() ([]clusterv1.Machine, error) {
 	list := &clusterv1.MachineList{}
-	if err := c.h.Client.List(c.ctx, list, client.InNamespace(c.Cluster.Namespace), client.MatchingLabels{
-		clusterv1.ClusterNameLabel: c.Cluster.Name, controlplanev1.ControlPlaneNameLabel: c.kcp.Name,
+	if err := c.h.Client.List(c.ctx, list, client.InNamespace(c.key.Namespace), client.MatchingLabels{
+		clusterv1.ClusterNameLabel: c.key.Name, controlplanev1.ControlPlaneNameLabel: c.key.Name,
 	}); err != nil {
 		return nil, err
 	}

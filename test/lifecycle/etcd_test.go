@@ -40,7 +40,7 @@ func (c *cpCluster) watchAvailable() *availabilityWatch {
 		defer close(w.finished)
 		for {
 			kcp := &controlplanev1.KairosControlPlane{}
-			if err := c.h.Client.Get(c.ctx, client.ObjectKeyFromObject(c.kcp), kcp); err == nil {
+			if err := c.h.Client.Get(c.ctx, c.key, kcp); err == nil {
 				if cond := conditions.Get(kcp, controlplanev1.AvailableCondition); cond == nil || cond.Status != metav1.ConditionTrue {
 					w.mu.Lock()
 					w.notTrue = append(w.notTrue, fmt.Sprintf("%+v", cond))
