@@ -272,14 +272,18 @@ func TestNodes(t *testing.T) {
 				if err := admin.Get(w.ctx, client.ObjectKey{Name: "cp-1"}, u); err != nil {
 					t.Fatal(err)
 				}
+				patch := client.MergeFrom(u.DeepCopy())
 				_ = unstructured.SetNestedField(u.Object, true, "spec", "leave")
-				if err := admin.Update(w.ctx, u); err != nil {
+				if err := admin.Patch(w.ctx, u, patch); err != nil {
 					t.Fatal(err)
 				}
 			} else {
+				// A merge patch, as the control plane writes it: the simulated kubelet posts this
+				// Node's status meanwhile, so an Update of a read copy can conflict.
 				n := node(t, admin, "cp-1")
+				patch := client.MergeFrom(n.DeepCopy())
 				n.Annotations[simnode.K3sRemoveAnnotation] = "true"
-				if err := admin.Update(w.ctx, n); err != nil {
+				if err := admin.Patch(w.ctx, n, patch); err != nil {
 					t.Fatal(err)
 				}
 			}
