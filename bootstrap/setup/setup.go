@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -38,12 +39,19 @@ type Options struct {
 	WatchFilter             string
 	TokenTTL                time.Duration
 	KairosConfigConcurrency int
+	// Client is what the controller reads and writes the management cluster with. Default: the
+	// manager's client.
+	Client client.Client
 }
 
 // Setup registers the provider's controller and webhooks with mgr.
 func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
+	c := o.Client
+	if c == nil {
+		c = mgr.GetClient()
+	}
 	if err := (&kairosconfig.Reconciler{
-		Client:           mgr.GetClient(),
+		Client:           c,
 		APIReader:        mgr.GetAPIReader(),
 		ClusterCache:     o.ClusterCache,
 		WatchFilterValue: o.WatchFilter,

@@ -25,9 +25,13 @@ func Eventually(t testing.TB, timeout time.Duration, check func() error) {
 }
 
 // Poll calls check until it returns nil or timeout passes, and returns the last error then.
+// The interval starts at 200 ms and doubles up to a second: most waits are for states seconds or
+// minutes away, and with six lifecycle scenarios reading the management API server five times a
+// second each, the tests' own reads were a third of its requests. A state that lasts only
+// moments is not for Poll: watch it (harness.Observe).
 func Poll(timeout time.Duration, check func() error) error {
 	deadline := time.Now().Add(timeout)
-	for {
+	for interval := pollInterval; ; interval = min(2*interval, maxPollInterval) {
 		err := check()
 		if err == nil {
 			return nil
@@ -35,9 +39,14 @@ func Poll(timeout time.Duration, check func() error) error {
 		if time.Now().After(deadline) {
 			return fmt.Errorf("still failing after %s: %w", timeout, err)
 		}
-		time.Sleep(200 * time.Millisecond)
+		time.Sleep(interval)
 	}
 }
+
+const (
+	pollInterval    = 200 * time.Millisecond
+	maxPollInterval = time.Second
+)
 
 // Consistently checks that check keeps returning nil for the whole duration.
 func Consistently(t testing.TB, duration time.Duration, check func() error) {

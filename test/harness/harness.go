@@ -44,6 +44,7 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -52,6 +53,7 @@ import (
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
+	ctrlcache "sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
 	"sigs.k8s.io/controller-runtime/pkg/controller"
@@ -150,6 +152,8 @@ type Harness struct {
 
 	mu  sync.Mutex
 	run *managerRun
+
+	observer observer
 }
 
 type managerRun struct {
@@ -259,6 +263,7 @@ func (h *Harness) GarbageCollectorState() string {
 // Stop stops the manager, every simulated node and workload cluster, and the management API
 // server.
 func (h *Harness) Stop() error {
+	h.observer.stop()
 	errs := []error{h.StopManager()}
 	if h.ownRegistry && h.Registry != nil {
 		h.Registry.Close()
@@ -506,6 +511,39 @@ func (h *Harness) Manager() ctrl.Manager {
 	return h.run.mgr
 }
 
+// managerCacheOptions are Cluster API's manager cache options, except that the Secrets with
+// the cluster-name label keep their data: Cluster API's core controllers read Secrets uncached
+// (and drop the data of cached ones but kubeconfigs), while the Kairos providers' own managers
+// cache those Secrets whole and read cluster certificates from the cache
+// (common/provider/manager.CacheOptions). ProviderClient reads through this cache.
+func managerCacheOptions(scheme *runtime.Scheme, informerName string) ctrlcache.Options {
+	opts := capisetup.ManagerCacheOptions(scheme, informerName, "", 10*time.Minute)
+	for obj, by := range opts.ByObject {
+		if _, ok := obj.(*corev1.Secret); ok {
+			by.Transform = ctrlcache.TransformStripManagedFields()
+			opts.ByObject[obj] = by
+		}
+	}
+	return opts
+}
+
+// ProviderClient is the client a Kairos provider gets in its own manager: reads come from the
+// manager's cache, Secrets with the cluster-name label included. The harness' manager client
+// has Cluster API's options (Secrets uncached) for Cluster API's controllers; the providers get
+// this one, so that they run here as they run in production. Before, every reconcile of a
+// control plane read its four certificate Secrets from the API server: a third of all the
+// requests the management API server served in the lifecycle tests.
+func ProviderClient(mgr ctrl.Manager) (client.Client, error) {
+	c, err := client.New(mgr.GetConfig(), client.Options{
+		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient(),
+		Cache: &client.CacheOptions{Reader: mgr.GetCache()},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the providers' client: %w", err)
+	}
+	return c, nil
+}
+
 // managerGeneration numbers the managers of the process: Cluster API registers a process-wide
 // informer name per manager cache and never releases it.
 var managerGeneration atomic.Int64
@@ -523,7 +561,7 @@ func (h *Harness) newManager(ctx context.Context) (_ ctrl.Manager, _ clustercach
 		Scheme:                 h.Scheme,
 		Metrics:                metricsserver.Options{BindAddress: "0"},
 		HealthProbeBindAddress: "0",
-		Cache:                  capisetup.ManagerCacheOptions(h.Scheme, informerName, "", 10*time.Minute),
+		Cache:                  managerCacheOptions(h.Scheme, informerName),
 		Client:                 capisetup.ManagerClientOptions(),
 		// A restarted manager registers the same controllers again in this process.
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)},
@@ -607,7 +645,12 @@ func (h *Harness) newManager(ctx context.Context) (_ ctrl.Manager, _ clustercach
 	}
 
 	if !h.opts.NoBootstrapProvider {
+		c, err := ProviderClient(mgr)
+		if err != nil {
+			return nil, nil, err
+		}
 		if err := bootstrapsetup.Setup(ctx, mgr, bootstrapsetup.Options{
+			Client:                  c,
 			ClusterCache:            cc,
 			TokenTTL:                h.opts.BootstrapTokenTTL,
 			KairosConfigConcurrency: 4,

@@ -1,11 +1,13 @@
 package harness
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"testing"
 	"time"
 
@@ -68,6 +70,13 @@ type TestCluster struct {
 	h       *Harness
 	Cluster *clusterv1.Cluster
 	Infra   *infrav1.KairosSimCluster
+
+	// workload is the client WorkloadClient built last, and the kubeconfig it was built from:
+	// tests poll the workload cluster, and a new client for each look meant a TLS handshake and
+	// API discovery each time.
+	mu         sync.Mutex
+	kubeconfig []byte
+	workload   client.Client
 }
 
 // CreateCluster creates a KairosSimCluster and a Cluster using it.
@@ -361,34 +370,50 @@ func (tc *TestCluster) Machines(ctx context.Context) ([]clusterv1.Machine, error
 // WorkloadConfig returns the rest.Config of `<cluster>-kubeconfig`, the kubeconfig Cluster API
 // users get.
 func (tc *TestCluster) WorkloadConfig(ctx context.Context) (*rest.Config, error) {
+	cfg, _, err := tc.workloadConfig(ctx)
+	return cfg, err
+}
+
+func (tc *TestCluster) workloadConfig(ctx context.Context) (*rest.Config, []byte, error) {
 	s := &corev1.Secret{}
 	key := client.ObjectKey{Namespace: tc.Cluster.Namespace, Name: secret.Name(tc.Cluster.Name, secret.Kubeconfig)}
 	if err := tc.h.Client.Get(ctx, key, s); err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	data := s.Data[secret.KubeconfigDataName]
 	if len(data) == 0 {
-		return nil, fmt.Errorf("secret %s has no %s key", key.Name, secret.KubeconfigDataName)
+		return nil, nil, fmt.Errorf("secret %s has no %s key", key.Name, secret.KubeconfigDataName)
 	}
 	cfg, err := clientcmd.RESTConfigFromKubeConfig(data)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cfg.Timeout = 15 * time.Second
-	return cfg, nil
+	return cfg, data, nil
 }
 
-// WorkloadClient returns a client of the workload cluster built from `<cluster>-kubeconfig`.
+// WorkloadClient returns a client of the workload cluster built from `<cluster>-kubeconfig`: the
+// same one as long as the kubeconfig does not change.
 func (tc *TestCluster) WorkloadClient(ctx context.Context) (client.Client, error) {
-	cfg, err := tc.WorkloadConfig(ctx)
+	cfg, kubeconfig, err := tc.workloadConfig(ctx)
 	if err != nil {
 		return nil, err
+	}
+	tc.mu.Lock()
+	defer tc.mu.Unlock()
+	if tc.workload != nil && bytes.Equal(tc.kubeconfig, kubeconfig) {
+		return tc.workload, nil
 	}
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return nil, err
 	}
-	return client.New(cfg, client.Options{Scheme: scheme})
+	c, err := client.New(cfg, client.Options{Scheme: scheme})
+	if err != nil {
+		return nil, err
+	}
+	tc.kubeconfig, tc.workload = kubeconfig, c
+	return c, nil
 }
 
 // Delete deletes the Cluster and waits until Cluster API has deleted everything it owns, then

@@ -243,45 +243,56 @@ type machineCountWatch struct {
 	mu       sync.Mutex
 	max, min int
 	// peak describes the Machines seen when there were most of them, for the failure message.
-	peak string
-	stop chan struct{}
-	done chan struct{}
+	peak    string
+	stop    context.CancelFunc
+	stopped bool
 }
 
 func (c *cpCluster) watchMachineCount() *machineCountWatch {
-	w := &machineCountWatch{min: 1 << 30, stop: make(chan struct{}), done: make(chan struct{})}
-	go func() {
-		defer close(w.done)
-		for {
-			if machines, err := c.controlPlaneMachines(); err == nil {
-				active := 0
-				for _, m := range machines {
-					if m.DeletionTimestamp.IsZero() {
-						active++
-					}
-				}
-				w.mu.Lock()
-				if len(machines) > w.max {
-					w.peak = describeMachines(machines)
-				}
-				w.max, w.min = max(w.max, len(machines)), min(w.min, active)
-				w.mu.Unlock()
-			}
-			select {
-			case <-w.stop:
-				return
-			case <-time.After(200 * time.Millisecond):
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(c.ctx)
+	w := &machineCountWatch{min: 1 << 30, stop: cancel}
+	err := c.h.Observe(ctx, &clusterv1.Machine{}, func(objects []client.Object) {
+		var machines []clusterv1.Machine
+		for _, o := range objects {
+			if m := o.(*clusterv1.Machine); c.isControlPlaneMachine(m) {
+				machines = append(machines, *m)
 			}
 		}
-	}()
+		active := 0
+		for _, m := range machines {
+			if m.DeletionTimestamp.IsZero() {
+				active++
+			}
+		}
+		sort.Slice(machines, func(i, j int) bool { return machines[i].CreationTimestamp.Before(&machines[j].CreationTimestamp) })
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if w.stopped {
+			return
+		}
+		if len(machines) > w.max {
+			w.peak = describeMachines(machines)
+		}
+		w.max, w.min = max(w.max, len(machines)), min(w.min, active)
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
 	return w
 }
 
+// isControlPlaneMachine says whether m is one of this control plane's Machines.
+func (c *cpCluster) isControlPlaneMachine(m *clusterv1.Machine) bool {
+	return m.Namespace == c.key.Namespace && m.Labels[clusterv1.ClusterNameLabel] == c.key.Name &&
+		m.Labels[controlplanev1.ControlPlaneNameLabel] == c.key.Name
+}
+
 func (w *machineCountWatch) result() (most, fewestActive int) {
-	close(w.stop)
-	<-w.done
+	w.stop()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.stopped = true
 	return w.max, w.min
 }
 
@@ -315,7 +326,7 @@ func TestControlPlaneWithWorkers(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			t.Parallel()
+			parallel(t)
 			start := time.Now()
 			// Everything the controllers log, up to debug verbosity V(7), is searched for secrets
 			// below.
@@ -420,7 +431,7 @@ func TestHAScaleUpAndDown(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			t.Parallel()
+			parallel(t)
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3, failureDomains: []string{"fd-a", "fd-b", "fd-c"}})
 			machines := c.waitSettled(3, version, waitScale)
@@ -462,7 +473,7 @@ func TestRollout(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			t.Parallel()
+			parallel(t)
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3, version: oldVersion})
 			before := c.waitSettled(3, oldVersion, waitScale)
@@ -524,7 +535,7 @@ func TestRemediation(t *testing.T) {
 	t.Parallel()
 	for _, dist := range []bootstrapv1.Distribution{bootstrapv1.DistributionK0s} {
 		t.Run(string(dist), func(t *testing.T) {
-			t.Parallel()
+			parallel(t)
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
 			machines := c.waitSettled(3, version, waitScale)
@@ -567,7 +578,7 @@ func TestRemediation(t *testing.T) {
 // reconciler), and the scale-up after resuming joins controllers as TestHAScaleUpAndDown does
 // for both.
 func TestPauseAndResume(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	for _, dist := range []bootstrapv1.Distribution{bootstrapv1.DistributionK0s} {
 		t.Run(string(dist), func(t *testing.T) {
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
@@ -614,7 +625,7 @@ func TestDeleteCluster(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			t.Parallel()
+			parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
 			if _, err := c.CreateMachineDeployment(c.ctx, "workers", harness.MachineDeploymentOptions{
 				Replicas: 1, Version: version, Config: workerConfig(dist),
@@ -641,42 +652,38 @@ func TestDeleteCluster(t *testing.T) {
 			// Record whether a control-plane Machine starts deleting while a worker exists.
 			var order sync.Mutex
 			violation := ""
-			stop := make(chan struct{})
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				for {
-					all, err := c.Machines(c.ctx)
-					if err == nil {
-						workers, cpDeleting := 0, ""
-						for _, m := range all {
-							if !hasLabel(&m, clusterv1.MachineControlPlaneLabel) {
-								workers++
-							} else if !m.DeletionTimestamp.IsZero() {
-								cpDeleting = m.Name
-							}
-						}
-						if workers > 0 && cpDeleting != "" {
-							order.Lock()
-							violation = fmt.Sprintf("control-plane Machine %s deleting while %d worker(s) exist", cpDeleting, workers)
-							order.Unlock()
-						}
+			watch, stopWatch := context.WithCancel(c.ctx)
+			err := h.Observe(watch, &clusterv1.Machine{}, func(objects []client.Object) {
+				workers, cpDeleting := 0, ""
+				for _, o := range objects {
+					m := o.(*clusterv1.Machine)
+					if m.Namespace != c.key.Namespace || m.Labels[clusterv1.ClusterNameLabel] != c.key.Name {
+						continue
 					}
-					select {
-					case <-stop:
-						return
-					case <-time.After(100 * time.Millisecond):
+					if !hasLabel(m, clusterv1.MachineControlPlaneLabel) {
+						workers++
+					} else if !m.DeletionTimestamp.IsZero() {
+						cpDeleting = m.Name
 					}
 				}
-			}()
+				if workers > 0 && cpDeleting != "" {
+					order.Lock()
+					violation = fmt.Sprintf("control-plane Machine %s deleting while %d worker(s) exist", cpDeleting, workers)
+					order.Unlock()
+				}
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if err := c.Delete(c.ctx, 3*time.Minute); err != nil {
 				t.Fatal(err)
 			}
-			close(stop)
-			<-done
+			stopWatch()
+			order.Lock()
 			if violation != "" {
 				t.Error(violation)
 			}
+			order.Unlock()
 			left, err := c.Machines(c.ctx)
 			if err != nil {
 				t.Fatal(err)
@@ -737,7 +744,7 @@ func hasLabel(m *clusterv1.Machine, key string) bool {
 // it has a management cluster of its own and runs beside the other scenarios; its distributions
 // run one after the other, each restarting that manager while the other waits.
 func TestRestartMidRollout(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	opts, err := controlPlaneHarnessOptions()
 	if err != nil {
 		t.Fatal(err)
@@ -802,7 +809,7 @@ func TestKubeconfigRotation(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			t.Parallel()
+			parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1, mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.Kubeconfig.ClientCertificateValiditySeconds = ptr.To[int32](3600)
 			}})

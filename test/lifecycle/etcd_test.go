@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"sync"
@@ -28,40 +29,47 @@ import (
 
 // availabilityWatch records every Available status the control plane reports while it runs.
 type availabilityWatch struct {
-	mu       sync.Mutex
-	notTrue  []string
-	stop     chan struct{}
-	finished chan struct{}
+	mu      sync.Mutex
+	notTrue []string
+	stop    context.CancelFunc
+	stopped bool
+	// lastSeen is the resourceVersion last looked at (Observe calls come one at a time).
+	lastSeen string
 }
 
+// watchAvailable records every state of the KairosControlPlane's Available condition that is not
+// true, until result is called.
 func (c *cpCluster) watchAvailable() *availabilityWatch {
-	w := &availabilityWatch{stop: make(chan struct{}), finished: make(chan struct{})}
-	go func() {
-		defer close(w.finished)
-		for {
-			kcp := &controlplanev1.KairosControlPlane{}
-			if err := c.h.Client.Get(c.ctx, c.key, kcp); err == nil {
-				if cond := conditions.Get(kcp, controlplanev1.AvailableCondition); cond == nil || cond.Status != metav1.ConditionTrue {
-					w.mu.Lock()
-					w.notTrue = append(w.notTrue, fmt.Sprintf("%+v", cond))
-					w.mu.Unlock()
-				}
+	c.t.Helper()
+	ctx, cancel := context.WithCancel(c.ctx)
+	w := &availabilityWatch{stop: cancel}
+	err := c.h.Observe(ctx, &controlplanev1.KairosControlPlane{}, func(objects []client.Object) {
+		for _, o := range objects {
+			// Every event of any KairosControlPlane calls this: record each version once.
+			if o.GetNamespace() != c.key.Namespace || o.GetName() != c.key.Name || o.GetResourceVersion() == w.lastSeen {
+				continue
 			}
-			select {
-			case <-w.stop:
-				return
-			case <-time.After(250 * time.Millisecond):
+			w.lastSeen = o.GetResourceVersion()
+			if cond := conditions.Get(o.(*controlplanev1.KairosControlPlane), controlplanev1.AvailableCondition); cond == nil || cond.Status != metav1.ConditionTrue {
+				w.mu.Lock()
+				if !w.stopped {
+					w.notTrue = append(w.notTrue, fmt.Sprintf("%+v", cond))
+				}
+				w.mu.Unlock()
 			}
 		}
-	}()
+	})
+	if err != nil {
+		c.t.Fatal(err)
+	}
 	return w
 }
 
 func (w *availabilityWatch) result() []string {
-	close(w.stop)
-	<-w.finished
+	w.stop()
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.stopped = true
 	return w.notTrue
 }
 
@@ -130,7 +138,7 @@ func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			t.Parallel()
+			parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1, version: oldVersion})
 			c.waitSettled(1, oldVersion, waitScale)
 
@@ -279,7 +287,7 @@ func TestTwoUnhealthyMachinesRecover(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			t.Parallel()
+			parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
 			machines := c.waitSettled(3, version, waitScale)
 			c.createHealthCheck(corev1.ConditionFalse)
@@ -317,7 +325,7 @@ func TestEtcdPartitionAndPowerOff(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			t.Parallel()
+			parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
 			machines := c.waitSettled(3, version, waitScale)
 
@@ -406,7 +414,7 @@ func TestUnmatchedEtcdMemberBlocksRemovals(t *testing.T) {
 	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
-			t.Parallel()
+			parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
 			c.waitSettled(1, version, waitScale)
 			sim := c.simCluster()

@@ -52,17 +52,24 @@ var h *harness.Harness
 // for the whole package at 6). A scenario that restarts the shared manager does not call
 // t.Parallel (go test runs it first, while nothing else uses the manager), or has a management
 // cluster of its own (TestRestartMidRollout, TestMachinePoolAddsNodeAfterJoinTokenExpired).
-const defaultParallel = 6
+// The scenario scheduler (schedule_test.go) enforces the bound; go test's own is raised above the
+// number of tests, so that every scenario reaches the scheduler and the longest start first.
+const (
+	defaultParallel = 6
+	goTestParallel  = 1000
+)
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		if err := flag.Set("test.parallel", strconv.Itoa(defaultParallel)); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
+	slots.capacity = defaultParallel
+	flag.Visit(func(f *flag.Flag) {
+		if f.Name == "test.parallel" {
+			slots.capacity, _ = strconv.Atoi(f.Value.String())
 		}
+	})
+	if err := flag.Set("test.parallel", strconv.Itoa(goTestParallel)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	os.Exit(run(m))
 }
@@ -101,8 +108,12 @@ func controlPlaneHarnessOptions() (harness.Options, error) {
 		ExtraWebhookDirs: []string{filepath.Join(root, "controlplane", "config", "webhook")},
 		AddToScheme:      []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
 		Setup: []harness.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
+			c, err := harness.ProviderClient(mgr)
+			if err != nil {
+				return err
+			}
 			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 4, EtcdHealthInterval: 5 * time.Second,
-				Client: countingClient{Client: mgr.GetClient(), log: controlPlaneWrites}})
+				Client: countingClient{Client: c, log: controlPlaneWrites}})
 		}},
 		// Short join-token lifetime: scenarios run long enough to see refreshes.
 		BootstrapTokenTTL: 2 * time.Minute,

@@ -193,7 +193,11 @@ func run(clusterName string, workers int64) (reterr error) {
 		Env:         env,
 		AddToScheme: []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
 		Setup: []harness.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
-			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 2})
+			c, err := harness.ProviderClient(mgr)
+			if err != nil {
+				return err
+			}
+			return cpsetup.Setup(ctx, mgr, cpsetup.Options{Client: c, ClusterCache: cc, KairosControlPlaneConcurrency: 2})
 		}},
 	})
 	if err != nil {

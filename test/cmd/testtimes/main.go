@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strings"
 	"time"
@@ -51,7 +52,8 @@ type event struct {
 }
 
 // timing is how long a package or a test took, in go test's own measure (a parallel test's
-// time excludes its wait for a slot).
+// time excludes its wait for a slot of go test), less the wait for a slot of a package's own
+// scheduler that the test logged (slotWait: the lifecycle scenarios').
 type timing struct {
 	name    string
 	elapsed time.Duration
@@ -64,13 +66,19 @@ type report struct {
 	failed []failure
 	// output of every test (and package) until it ends, to print the failures' output.
 	output map[string]*strings.Builder
+	// waited is the slot wait each running test logged.
+	waited map[string]time.Duration
 }
+
+// slotWait is what test/lifecycle's parallel logs when a scenario waited for a slot.
+var slotWait = regexp.MustCompile(`waited ([0-9.]+s) for a scenario slot`)
 
 type failure struct{ name, output string }
 
 func (r *report) read(in io.Reader) error {
 	if r.output == nil {
 		r.output = map[string]*strings.Builder{}
+		r.waited = map[string]time.Duration{}
 	}
 	sc := bufio.NewScanner(in)
 	sc.Buffer(make([]byte, 1024*1024), 64*1024*1024)
@@ -92,8 +100,13 @@ func (r *report) read(in io.Reader) error {
 				r.output[key] = b
 			}
 			b.WriteString(e.Output)
+			if m := slotWait.FindStringSubmatch(e.Output); m != nil {
+				if d, err := time.ParseDuration(m[1]); err == nil {
+					r.waited[key] += d
+				}
+			}
 		case "pass", "fail":
-			d := time.Duration(e.Elapsed * float64(time.Second))
+			d := time.Duration(e.Elapsed*float64(time.Second)) - r.waited[key]
 			name := e.Package
 			if e.Test != "" {
 				name += " " + e.Test
@@ -111,6 +124,7 @@ func (r *report) read(in io.Reader) error {
 				r.failed = append(r.failed, f)
 			}
 			delete(r.output, key)
+			delete(r.waited, key)
 		}
 	}
 	return sc.Err()

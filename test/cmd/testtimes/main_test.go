@@ -6,12 +6,13 @@ import (
 )
 
 // A stream as go test -json writes it: two packages, a test with a subtest (only the subtest
-// counts), a failure.
+// counts, less the 30 s it waited for a lifecycle scenario slot), a failure.
 const stream = `go: downloading example.com/x v1.0.0
 {"Action":"start","Package":"p/a"}
 {"Action":"run","Package":"p/a","Test":"TestSlow"}
 {"Action":"output","Package":"p/a","Test":"TestSlow","Output":"=== RUN   TestSlow\n"}
 {"Action":"run","Package":"p/a","Test":"TestSlow/k0s"}
+{"Action":"output","Package":"p/a","Test":"TestSlow/k0s","Output":"    schedule_test.go:58: waited 30.0s for a scenario slot\n"}
 {"Action":"pass","Package":"p/a","Test":"TestSlow/k0s","Elapsed":90}
 {"Action":"pass","Package":"p/a","Test":"TestSlow","Elapsed":95.4}
 {"Action":"run","Package":"p/a","Test":"TestBroken"}
@@ -39,7 +40,7 @@ func TestReport(t *testing.T) {
 
 | slowest tests (of 3, subtests counted on their own) | seconds |
 |---|---|
-| p/a TestSlow/k0s | 90 |
+| p/a TestSlow/k0s | 60 |
 | p/a TestBroken | 2 |
 
 FAILED: p/a TestBroken
