@@ -2,8 +2,11 @@ package clusterctl
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
@@ -28,7 +31,22 @@ import (
 	infrav1 "github.com/kairos-capi/kairos-capi/test/infrastructure/api/v1beta2"
 )
 
+// defaultParallel is how many of the parallel tests (the mixed-version pairs and the fault test,
+// each with a management cluster of its own) run at once unless -test.parallel says otherwise:
+// go test's default of one per core left the machine half idle while they wait for their
+// managers and API servers.
+const defaultParallel = 3
+
 func TestMain(m *testing.M) {
+	flag.Parse()
+	given := false
+	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
+	if !given {
+		if err := flag.Set("test.parallel", strconv.Itoa(defaultParallel)); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
 	l := framework.Logger()
 	ctrl.SetLogger(l)
 	klog.SetLogger(l)

@@ -15,6 +15,7 @@ import (
 // as if the nodes served the endpoint port themselves is refused, as its node would never be
 // reached.
 func TestAPIServerBehindLoadBalancer(t *testing.T) {
+	t.Parallel() // its own Registry: nothing shared with the other tests
 	reg, err := simnode.NewRegistry(simnode.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -23,6 +23,7 @@ import (
 // partitioned, until they return;
 // k0s serves etcd's client port on the node address only when its ClusterConfig says so.
 func TestEtcdMembersAreReal(t *testing.T) {
+	t.Parallel() // its own Registry: nothing shared with the other tests
 	reg, err := simnode.NewRegistry(simnode.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 // k3s k3s://<node name> from the embedded cloud controller, or none once the servers run
 // without it. The machine's DMI product UUID is where a real node reads it.
 func TestNodeProviderIDs(t *testing.T) {
+	t.Parallel() // its own Registry: nothing shared with the other tests
 	reg, err := simnode.NewRegistry(simnode.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -58,6 +59,7 @@ func TestNodeProviderIDs(t *testing.T) {
 // started retries with its own data and cluster, instead of being refused as a second init
 // node for the endpoint (the sandbox flake of 2026-11-23).
 func TestInitRetryReusesItsCluster(t *testing.T) {
+	t.Parallel() // its own Registry: nothing shared with the other tests
 	reg, err := simnode.NewRegistry(simnode.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -201,6 +201,7 @@ func hasTaint(n *corev1.Node, key string) bool {
 // with a wrong token, a refused document, a preflight failure, an etcd leave, and an injected
 // Ready=False.
 func TestNodes(t *testing.T) {
+	t.Parallel() // its own Registry: nothing shared with the other tests
 	reg, err := simnode.NewRegistry(simnode.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -371,6 +372,7 @@ func TestNodes(t *testing.T) {
 // as its join token, fail their join and keep retrying (JoinFailed); a joining server without
 // the cluster's agent token is refused (BootstrapDataRefused) before it joins etcd.
 func TestK3sAgentTokens(t *testing.T) {
+	t.Parallel() // its own Registry: nothing shared with the other tests
 	reg, err := simnode.NewRegistry(simnode.Options{})
 	if err != nil {
 		t.Fatal(err)

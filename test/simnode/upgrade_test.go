@@ -130,6 +130,7 @@ func TestNodeOpUpgradeCRDMirrorsKairosOperator(t *testing.T) {
 // the passive image), an image of the other distribution, an image two minors ahead; each leaves
 // the node on v1.37.0 and its NodeOpUpgrade Failed with the node's reason.
 func TestKairosUpgrade(t *testing.T) {
+	t.Parallel() // its own Registry: nothing shared with the other tests
 	reg, err := simnode.NewRegistry(simnode.Options{})
 	if err != nil {
 		t.Fatal(err)
@@ -330,6 +331,7 @@ func waitReady(t *testing.T, c client.Client, name string) {
 // distribution starts, and runs that image's version; the upgrade is refused like any other when
 // the image ships the other distribution or a version k0s/k3s cannot move to.
 func TestDocumentImage(t *testing.T) {
+	t.Parallel() // its own Registry: nothing shared with the other tests
 	reg, err := simnode.NewRegistry(simnode.Options{})
 	if err != nil {
 		t.Fatal(err)

@@ -17,6 +17,7 @@ import (
 // kube-vip) serve it, and when the holder goes away another one takes over; with none left,
 // nothing answers.
 func TestVirtualIPEndpoint(t *testing.T) {
+	t.Parallel() // its own Registry: nothing shared with the other tests
 	reg, err := simnode.NewRegistry(simnode.Options{})
 	if err != nil {
 		t.Fatal(err)
