@@ -64,6 +64,8 @@ const kubernetesVersionSim = "v1.36.3"
 // a goreleaser snapshot build of the same control plane (vX.Y.Z-dev+<commit>, no release) then
 // takes over and, exempt from the policy, scales.
 func TestMixedVersions(t *testing.T) {
+	// Beside the fault test too: each order and that test have a management cluster of their own.
+	t.Parallel()
 	for _, first := range []providerSpec{bootstrapProvider, controlPlaneProvider} {
 		second := controlPlaneProvider
 		if first == controlPlaneProvider {

@@ -31,7 +31,6 @@ import (
 // the printed kubeconfig, and, interrupted as Ctrl-C does (SIGINT to every process of the
 // job, make included), end cleanly, make too, leaving no process behind.
 func TestSandbox(t *testing.T) {
-	t.Parallel() // each runs its own sandbox and checks only its own processes
 	dir := t.TempDir()
 	root, err := framework.RepoRoot()
 	if err != nil {
@@ -196,7 +195,6 @@ func tail(s string, n int) string {
 // SIGPIPE killed it and its API servers and etcd lived on); and when the sandbox process is
 // killed outright, its guard stops what it started.
 func TestSandboxEndsAbruptly(t *testing.T) {
-	t.Parallel() // each runs its own sandbox and checks only its own processes
 	dir := t.TempDir()
 	bin, err := framework.BuildBinary("./test/cmd/sandbox", dir, "sandbox")
 	if err != nil {
