@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	clientretry "k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kairos-capi/kairos-capi/common/pki"
@@ -708,19 +709,23 @@ func (n *Node) AddressesHidden() bool { return n.addressesHidden.Load() }
 
 // annotateK3sMember records a k3s server's etcd member on its Node, as k3s does.
 func (n *Node) annotateK3sMember(ctx context.Context, c *Cluster, name string, m *etcdServer) error {
-	node := &corev1.Node{}
-	if err := c.client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
-		return err
-	}
-	if node.Annotations == nil {
-		node.Annotations = map[string]string{}
-	}
-	node.Annotations[K3sNodeNameAnnotation] = m.name
-	node.Annotations[K3sNodeAddressAnnotation] = m.ip
-	if !containsString(node.Finalizers, K3sEtcdFinalizer) {
-		node.Finalizers = append(node.Finalizers, K3sEtcdFinalizer)
-	}
-	return c.client.Update(ctx, node)
+	// The kubelet posts the Node's status meanwhile: read, change and write again on a conflict,
+	// as k3s' own node annotation updates do (client-go's retry.RetryOnConflict).
+	return clientretry.RetryOnConflict(clientretry.DefaultRetry, func() error {
+		node := &corev1.Node{}
+		if err := c.client.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+			return err
+		}
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		node.Annotations[K3sNodeNameAnnotation] = m.name
+		node.Annotations[K3sNodeAddressAnnotation] = m.ip
+		if !containsString(node.Finalizers, K3sEtcdFinalizer) {
+			node.Finalizers = append(node.Finalizers, K3sEtcdFinalizer)
+		}
+		return c.client.Update(ctx, node)
+	})
 }
 
 type labelsAndTaints struct {
