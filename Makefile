@@ -11,8 +11,8 @@ MODULES := common common/provider bootstrap/api bootstrap controlplane/api contr
 CONTROLLER_GEN_VERSION := v0.21.0
 CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 
-# Tests share two cores: one package at a time keeps envtest API servers from starving.
-GO_TEST_FLAGS ?= -p 1 -count=1
+# How the packages are run side by side, and why: hack/test.sh.
+GO_TEST_FLAGS ?= -count=1
 TEST_TIMEOUT ?= 60m
 
 ##@ General
@@ -72,8 +72,7 @@ TEST_JSON_DIR ?=
 .PHONY: test
 test: verify ## Run every test of every module (builds the envtest assets first when needed).
 	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; \
-	for m in $(MODULES); do echo "== go test ./$$m/..."; \
-		(cd $$m && go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./... $(if $(TEST_JSON_DIR),-json >"$(TEST_JSON_DIR)/$$(echo $$m | tr / -).json")) || exit 1; done
+		GO_TEST_FLAGS="$(GO_TEST_FLAGS)" TEST_TIMEOUT="$(TEST_TIMEOUT)" TEST_JSON_DIR="$(TEST_JSON_DIR)" ./hack/test.sh $(MODULES)
 	$(MAKE) --no-print-directory fuzz
 
 .PHONY: test-times
