@@ -8,14 +8,20 @@
 //
 // What a rendered document does on the node, in boot order:
 //
-//   - initramfs (cloud-init keys): hostname; boot: users, then the step
+//   - initramfs (cloud-init keys): hostname.
+//   - boot.before: "kairos-capi boot assessment arm" writes boot-assessment.sh and, on the
+//     first boots of a Kairos release other than the last verified one, sets GRUB's boot
+//     assessment variables again after Kairos' own step cleared them, so that a reboot before
+//     the distribution is ready boots the fallback image (bootassessment.go).
+//   - boot: users, then the step
 //     "kairos-capi bootstrap files" writes the distribution config, token,
 //     PKI, manifests and the kairos-capi scripts and units, then
 //     "kairos-capi user files" writes Node.Files (after the users exist, so
 //     "user:group" owners resolve).
 //   - network: "kairos-capi pre-commands" runs PreCommands once, then
 //     "kairos-capi bootstrap sentinel" starts kairos-capi-bootstrap.service
-//     without waiting for it. The Kairos agent (kairos-agent.service, ordered
+//     and "kairos-capi boot assessment verify" kairos-capi-boot-assessment.service
+//     without waiting for them. The Kairos agent (kairos-agent.service, ordered
 //     after cos-setup-network.service, which runs this stage) only starts the
 //     k0s/k3s service after the stage has finished, so files and pre-commands
 //     are in place first. These steps are skipped on the live installer and
@@ -30,6 +36,10 @@
 //     serving (API /readyz on control planes, a kubelet kubeconfig on
 //     workers), runs PostCommands once, and only then writes
 //     /run/cluster-api/bootstrap-success.complete and BootstrapDoneMarker.
+//   - kairos-capi-boot-assessment.service waits for the same readiness, records
+//     the running Kairos release as verified and clears what arm set; on a boot
+//     that arm armed it reboots into the fallback image after
+//     BootAssessmentTimeout instead.
 //
 // yip renders Go templates in file contents and commands, so all generated
 // and user-supplied content is escaped (EscapeTemplates) and reaches the disk

@@ -39,17 +39,21 @@ func persistentOnKairos(path string) bool {
 
 // TestStatePersistsOnKairos: what a node creates at run time and needs after a reboot lives in
 // Kairos' persistent paths, so the bootstrap data renders no extra bind mount: k0s' and k3s'
-// state, and the marker that the first bootstrap happened (the preflight's version pin and the
-// bootstrap service read it on later boots). Files the document writes need no such care: a
+// state, the marker that the first bootstrap happened (the preflight's version pin and the
+// bootstrap service read it on later boots) and the boot assessment's last verified release. Files the document writes need no such care: a
 // Kairos node applies its cloud-config stages again on every boot. The Cluster API sentinel
 // lives in /run on purpose, as the bootstrap contract's marker of this boot.
 func TestStatePersistsOnKairos(t *testing.T) {
-	for _, p := range append(distributionStatePaths, BootstrapDoneMarker) {
+	for _, p := range append(distributionStatePaths, BootstrapDoneMarker, VerifiedReleaseFile) {
 		if !persistentOnKairos(p) {
 			t.Errorf("%s is not persistent on Kairos: it is gone after a reboot", p)
 		}
 	}
 	if persistentOnKairos(SentinelPath) || !strings.HasPrefix(SentinelPath, "/run/") {
 		t.Errorf("the sentinel %s must not survive a reboot", SentinelPath)
+	}
+	// The boot assessment's marker says "armed during this boot": a later boot must not see it.
+	if persistentOnKairos(BootAssessmentArmedMarker) || !strings.HasPrefix(BootAssessmentArmedMarker, "/run/") {
+		t.Errorf("%s must not survive a reboot", BootAssessmentArmedMarker)
 	}
 }

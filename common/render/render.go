@@ -238,9 +238,11 @@ func (b *builder) build() error {
 	}
 	b.bootstrapFiles()
 
+	arm := b.bootAssessmentArmStep()
+
 	// Every generated path is reserved: a user file must not replace one.
 	for i, f := range n.Files {
-		for _, g := range b.files {
+		for _, g := range append(b.files, arm.Files...) {
 			if g.Path == f.Path {
 				return fmt.Errorf("invalid node: %w", &FieldError{Field: fmt.Sprintf("Files[%d].Path", i), Err: fmt.Errorf("%q is written by the renderer", f.Path)})
 			}
@@ -270,7 +272,7 @@ func (b *builder) build() error {
 		boot = append(boot, cloudconfig.Step{Name: stepUserFiles, Files: uf})
 	}
 
-	network := make([]cloudconfig.Step, 0, 3)
+	network := make([]cloudconfig.Step, 0, 4)
 	if n.Image != "" {
 		// First in the network stage: the upgrade pulls the image, and the distribution, which
 		// the Kairos agent starts after this stage, must not start on the wrong image (the
@@ -298,7 +300,14 @@ func (b *builder) build() error {
 			"systemctl start --no-block " + BootstrapUnit,
 		},
 	})
-	c.Stages = cloudconfig.Stages{cloudconfig.StageBoot: boot, cloudconfig.StageNetwork: network}
+	network = append(network, bootAssessmentVerifyStep())
+	c.Stages = cloudconfig.Stages{
+		// After Kairos' own boot.before step (08_grub.yaml) has cleared GRUB's boot assessment
+		// variables: bootassessment.go.
+		cloudconfig.StageBoot + ".before": {arm},
+		cloudconfig.StageBoot:             boot,
+		cloudconfig.StageNetwork:          network,
+	}
 	return nil
 }
 

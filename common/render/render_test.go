@@ -210,11 +210,14 @@ func TestStagesOrder(t *testing.T) {
 	p := fixturePKI(t)
 	c := mustRender(t, k0sInitControlPlane(t, p))
 	boot, network := c.Stages[cloudconfig.StageBoot], c.Stages[cloudconfig.StageNetwork]
-	if len(c.Stages) != 2 || len(boot) != 1 || len(network) != 2 {
+	if !slices.Equal(c.Stages.StageNames(), []string{"boot.before", cloudconfig.StageBoot, cloudconfig.StageNetwork}) || len(boot) != 1 || len(network) != 3 {
 		t.Fatalf("stages %v", c.Stages.StageNames())
 	}
-	if boot[0].Name != stepFiles || network[0].Name != stepPre || network[1].Name != stepBootstrap {
-		t.Fatalf("steps %q %q %q", boot[0].Name, network[0].Name, network[1].Name)
+	if before := c.Stages["boot.before"]; len(before) != 1 || before[0].Name != stepAssessArm {
+		t.Fatalf("boot.before %+v", before)
+	}
+	if boot[0].Name != stepFiles || network[0].Name != stepPre || network[1].Name != stepBootstrap || network[2].Name != stepAssessVerify {
+		t.Fatalf("steps %q %q %q %q", boot[0].Name, network[0].Name, network[1].Name, network[2].Name)
 	}
 	for _, s := range network {
 		if !strings.Contains(s.If, "/run/cos/live_mode") || !strings.Contains(s.If, "/run/cos/recovery_mode") {
@@ -255,7 +258,7 @@ func TestStagesOrder(t *testing.T) {
 	if strings.Contains(files[PreflightScript].Content, PreCommandsMarker) || strings.Contains(files[BootstrapScript].Content, PostCommandsScript) {
 		t.Error("marker checks without commands")
 	}
-	if len(c.Stages[cloudconfig.StageNetwork]) != 1 {
+	if len(c.Stages[cloudconfig.StageNetwork]) != 2 {
 		t.Error("pre-commands step without pre-commands")
 	}
 }
@@ -540,6 +543,7 @@ func TestValidation(t *testing.T) {
 		{"duplicate file", func() Node { n := k0sWorker(); n.Files = []File{{Path: "/x"}, {Path: "/x"}}; return n }, `Files[1].Path: "/x" is also Files[0]`},
 		{"sentinel file", func() Node { n := k0sWorker(); n.Files = []File{{Path: SentinelPath}}; return n }, "bootstrap sentinel"},
 		{"generated file", func() Node { n := k0sWorker(); n.Files = []File{{Path: K0sTokenPath}}; return n }, `Files[0].Path: "/etc/k0s/token" is written by the renderer`},
+		{"boot assessment script", func() Node { n := k0sWorker(); n.Files = []File{{Path: BootAssessmentScript}}; return n }, `Files[0].Path: "` + BootAssessmentScript + `" is written by the renderer`},
 		{"bad mode", func() Node { n := k0sWorker(); n.Files = []File{{Path: "/x", Permissions: 0o10000}}; return n }, "Files[0].Permissions"},
 		{"bad owner", func() Node { n := k0sWorker(); n.Files = []File{{Path: "/x", Owner: "root"}}; return n }, "Files[0].Owner"},
 		{"mixed owner", func() Node { n := k0sWorker(); n.Files = []File{{Path: "/x", Owner: "root:1000"}}; return n }, "Files[0].Owner"},
@@ -779,7 +783,7 @@ func TestImageStep(t *testing.T) {
 		t.Fatal(err)
 	}
 	network := cfg.Stages["network"]
-	if len(network) != 3 || network[0].Name != stepImage || network[1].Name != stepPre || network[2].Name != stepBootstrap {
+	if len(network) != 4 || network[0].Name != stepImage || network[1].Name != stepPre || network[2].Name != stepBootstrap || network[3].Name != stepAssessVerify {
 		t.Fatalf("network stage = %+v, want the image step first", network)
 	}
 	if !strings.Contains(network[0].If, "[ ! -e "+BootstrapDoneMarker+" ]") || !strings.Contains(network[0].If, "live_mode") {
@@ -817,7 +821,7 @@ func TestImageStep(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(cfg.Stages["network"]) != 2 {
+	if len(cfg.Stages["network"]) != 3 {
 		t.Errorf("network stage without an image = %+v", cfg.Stages["network"])
 	}
 

@@ -209,6 +209,35 @@ const (
 	BootstrapUnitPath   = "/etc/systemd/system/" + BootstrapUnit
 	preflightDropInName = "10-kairos-capi-preflight.conf"
 
+	// BootAssessmentScript extends Kairos' boot assessment to the distribution (see
+	// bootassessment.go): "arm" (boot.before) makes GRUB boot the fallback image at the next
+	// boot while a new Kairos release has not been verified; "verify" (BootAssessmentUnit) waits
+	// for the distribution to be ready, then records the release in VerifiedReleaseFile and
+	// disarms, or reboots into the fallback image after BootAssessmentTimeout.
+	BootAssessmentScript = ScriptDir + "/boot-assessment.sh"
+	BootAssessmentUnit   = "kairos-capi-boot-assessment.service"
+	// BootAssessmentUnitPath is the unit that runs "verify"; the network stage starts it
+	// without waiting for it.
+	BootAssessmentUnitPath = "/etc/systemd/system/" + BootAssessmentUnit
+	// VerifiedReleaseFile holds the last Kairos release (the /etc/kairos-release triple
+	// imageScript compares) on which the distribution was seen ready. It lives in ScriptDir,
+	// under /usr/local: Kairos keeps /usr/local on its persistent partition, which an upgrade
+	// does not replace (the images are rebuilt, /usr/local is not part of them), so the record
+	// outlives the image it describes; /etc and /var/lib outside the bind mounts would be gone
+	// after the first reboot, and /oem is Kairos' configuration partition, not a place for
+	// state.
+	VerifiedReleaseFile = ScriptDir + "/verified-release"
+	// BootAssessmentArmedMarker tells "verify" that "arm" armed GRUB during this boot; in /run
+	// on purpose, so that no later boot mistakes it for its own.
+	BootAssessmentArmedMarker = "/run/kairos-capi/boot-assessment.armed"
+	// CosStateDir is where Kairos mounts COS_STATE (read-only) on a running system; GRUB reads
+	// its boot assessment variables from BootAssessmentEnv there, and Kairos installs the GRUB
+	// side of the assessment as BootAssessmentGrubHook (08_grub.yaml, after-install and
+	// after-upgrade).
+	CosStateDir            = "/run/initramfs/cos-state"
+	BootAssessmentEnv      = CosStateDir + "/boot_assessment"
+	BootAssessmentGrubHook = CosStateDir + "/grub_boot_assessment"
+
 	K0sConfigPath  = "/etc/k0s/k0s.yaml"
 	K0sTokenPath   = "/etc/k0s/token"
 	K0sPKIDir      = "/var/lib/k0s/pki"
