@@ -29,9 +29,13 @@
 // version) and keeps an active and a passive image (Node.Images). Node.Upgrade (or a NodeOpUpgrade
 // carried out by the Kairos operator a test installs with Cluster.InstallKairosOperator) writes a new
 // active image and reboots: the kubelet, the distribution and the etcd member stop and start again
-// from the same data; an image that does not boot, ships the other distribution or breaks the
-// version skew policy sends the node back to its passive image after BootAssessmentPeriod (see
-// image.go, upgrade.go, operator.go).
+// from the same data. Which image boots is GRUB's boot assessment's choice, with Kairos' rules
+// (bootassessment.go): an image that does not boot (Registry.BreakImage) comes back to GRUB after
+// BootAssessmentPeriod and falls back to the passive image; an image that boots but whose
+// distribution refuses to start (the other distribution, a version skew, the preflight) falls back
+// only when the document arms and verifies the boot (kairos-capi's documents do: the verify step
+// reboots after VerifyTimeout), and otherwise stays, without Kubernetes (see image.go, upgrade.go,
+// operator.go).
 //
 // A Cluster is the simulated workload cluster, keyed by its endpoint. Its API server belongs to
 // the cluster, not to the node that started it: it keeps running when that node goes away and

@@ -30,6 +30,9 @@ type plan struct {
 	files map[string]string
 	// commands are the commands the document runs, in order.
 	commands []string
+	// stageCommands are the commands of each stage (boot.before, network, ...), as yip loads
+	// them.
+	stageCommands map[string][]string
 	// hostname is the templated hostname of the document, or empty.
 	hostname string
 }
@@ -80,7 +83,12 @@ func parseDocument(doc []byte, machineID string) (*plan, error) {
 	if err != nil {
 		return nil, refuse(ReasonBootstrapDataRefused, "loading the stages of the document: %v", err)
 	}
-	p := &plan{files: files, commands: commands}
+	p := &plan{files: files, commands: commands, stageCommands: map[string][]string{}}
+	for name, steps := range stages {
+		for _, st := range steps {
+			p.stageCommands[name] = append(p.stageCommands[name], st.Commands...)
+		}
+	}
 	if p.hostname, err = renderHostname(stages, machineID); err != nil {
 		return nil, refuse(ReasonBootstrapDataRefused, "%v", err)
 	}

@@ -2,7 +2,13 @@ package simnode
 
 import (
 	"reflect"
+	"strings"
 	"testing"
+	"time"
+
+	"github.com/kairos-capi/kairos-capi/common/pki"
+	"github.com/kairos-capi/kairos-capi/common/render"
+	"github.com/kairos-capi/kairos-capi/common/token"
 )
 
 func TestParseArgs(t *testing.T) {
@@ -45,5 +51,52 @@ func TestPreflight(t *testing.T) {
 	}
 	if kubeletVersion("v1.31.2+k0s.0") != "v1.31.2+k0s" || kubeletVersion("v1.31.2+k3s1") != "v1.31.2+k3s1" {
 		t.Error("kubelet versions")
+	}
+}
+
+// TestDocumentBootAssessmentSteps: the simulation finds kairos-capi's boot assessment steps in a
+// rendered document by their paths and commands, and only when they are complete.
+func TestDocumentBootAssessmentSteps(t *testing.T) {
+	ca, err := pki.NewCA("sim-ca", time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	agent, err := token.NewK3sAgentToken(ca.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc, err := render.Document(render.Node{
+		Distribution: render.K3s, Role: render.RoleWorker, KubernetesVersion: "v1.36.3", ClusterName: "sim",
+		Endpoint: render.Endpoint{Host: "10.0.0.1", Port: 6443}, Users: []render.User{{Name: "kairos"}}, JoinToken: agent,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	steps := func(doc string) assessmentSteps {
+		t.Helper()
+		p, err := parseDocument([]byte(doc), "0123456789abcdef0123456789abcdef")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p.bootAssessmentSteps()
+	}
+	if got := steps(string(doc)); got != (assessmentSteps{arm: true, verify: true}) {
+		t.Fatalf("rendered document: %+v", got)
+	}
+	for name, tc := range map[string]struct {
+		old, new string
+		want     assessmentSteps
+	}{
+		"arm not run":            {render.BootAssessmentScript + " arm", render.BootAssessmentScript + " check", assessmentSteps{verify: true}},
+		"arm sets nothing":       {"grub2-editenv", "echo", assessmentSteps{verify: true}},
+		"verify never started":   {"systemctl start --no-block " + render.BootAssessmentUnit, "echo skipped", assessmentSteps{arm: true}},
+		"verify runs other mode": {render.BootAssessmentScript + " verify", render.BootAssessmentScript + " arm", assessmentSteps{arm: true}},
+	} {
+		if !strings.Contains(string(doc), tc.old) {
+			t.Fatalf("%s: the document has no %q", name, tc.old)
+		}
+		if got := steps(strings.ReplaceAll(string(doc), tc.old, tc.new)); got != tc.want {
+			t.Errorf("%s: %+v, want %+v", name, got, tc.want)
+		}
 	}
 }

@@ -34,13 +34,20 @@ const (
 	DefaultKairosVersion      = "v3.5.0"
 )
 
-// BootAssessmentPeriod is how long a node whose new image fails to boot takes before it boots its
-// passive (fallback) image again. Kairos counts failed boots of an upgraded entry (kernel panic
-// reboots after panic=5, systemd.crash_reboot, a boot that never reaches multi-user.target); once
-// the tries of the entry are used up (3 by default) the boot loader boots the passive entry
-// (https://kairos.io/docs/upgrade/boot_assessment/). On real hardware that is minutes; the
-// simulation shortens it so that tests can wait for it. Tests may set it before nodes upgrade.
+// BootAssessmentPeriod is how long a boot that fails before userspace takes to come back to GRUB:
+// Kairos boots with panic=5, rd.emergency=reboot and systemd.crash_reboot, so a kernel panic, a
+// failing initramfs or a crashing systemd reboots the machine (08_grub.yaml's command line; the
+// Kairos docs' boot assessment page); GRUB then applies its boot assessment rule
+// (bootassessment.go). On real hardware that is the panic delay plus a firmware and kernel boot,
+// a minute or two; the simulation shortens it so that tests can wait for it. Tests may set it
+// before nodes upgrade.
 var BootAssessmentPeriod = 3 * time.Second
+
+// VerifyTimeout stands for render.BootAssessmentTimeout (ten minutes on a node): how long the
+// document's verify step waits on an armed boot for the distribution to be ready before it
+// reboots into the fallback image. The simulation shortens it; tests may set it before nodes
+// upgrade.
+var VerifyTimeout = 3 * time.Second
 
 // Image is what a Kairos image reference tells about the image.
 type Image struct {

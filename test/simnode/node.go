@@ -167,6 +167,15 @@ type Node struct {
 	upgrading sync.Mutex
 	// imageReboots counts the reboots of the document's image step.
 	imageReboots atomic.Int32
+	// dataVersion is the distribution version that last ran on the node (its data directory's),
+	// what the version skew policy compares a new image with.
+	dataVersion string
+	// grub is GRUB's boot assessment state; armed tells that the document's arm step armed it
+	// during the last boot of the active image, upgradeFailure that the last boot was GRUB's
+	// fallback entry (bootassessment.go).
+	grub           grubEnv
+	armed          bool
+	upgradeFailure bool
 }
 
 // kubeletRun is a running kubelet heartbeat loop.
@@ -355,6 +364,9 @@ func (n *Node) run(ctx context.Context) {
 		n.fail(err)
 		return
 	}
+	// The boot.before stage of the machine's first boot: nothing to clear, nothing verified to
+	// arm against (bootassessment.go).
+	n.bootedActive(p)
 	// The network stage: the document's image step upgrades a node that booted another image
 	// and reboots it, before the distribution's first start.
 	if installed, err = n.followDocumentImage(p, installed); err != nil {
@@ -396,6 +408,12 @@ func (n *Node) run(ctx context.Context) {
 			backoff *= 2
 		}
 	}
+
+	n.mu.Lock()
+	n.dataVersion = installed
+	n.mu.Unlock()
+	// The document's verify step: the distribution is ready, the release is verified.
+	n.distributionReady(p)
 
 	// kairos-capi-bootstrap.service: wait for the service, run the post-commands (simulated),
 	// write the sentinel.

@@ -30,6 +30,10 @@ const (
 	// ReasonVersionSkew: the image's distribution version is a skew Kubernetes does not support
 	// (checkUpgradeSkew): the distribution refuses to start.
 	ReasonVersionSkew = "VersionSkew"
+	// ReasonPreviousBootFailed: GRUB's boot assessment variables were still set from an earlier
+	// failed boot (Kairos clears them only on a good boot of active.img), so GRUB booted the
+	// fallback entry without trying the new image (see ClearBootAssessment).
+	ReasonPreviousBootFailed = "PreviousBootFailed"
 )
 
 // nodeImages are a node's OS images.
@@ -39,18 +43,36 @@ type nodeImages struct {
 	running string
 }
 
-// BootFailure is the error of an upgrade whose new image did not come up: the node booted its
-// passive image again after BootAssessmentPeriod.
+// BootFailure is the error of an upgrade whose new image did not come up and that GRUB's boot
+// assessment undid: the node booted its fallback (passive) image again, after a boot that failed
+// before userspace (BootAssessmentPeriod) or after the document's verify step gave up on the
+// distribution (VerifyTimeout).
 type BootFailure struct {
 	// Image is the image that failed, Fallback the image the node runs again.
 	Image, Fallback string
 	// Reason is the node's reason (ReasonImageBroken, ReasonDistributionMismatch,
-	// ReasonVersionSkew, ReasonPreflightFailed), Message its message.
+	// ReasonVersionSkew, ReasonPreflightFailed, ReasonPreviousBootFailed), Message its message.
 	Reason, Message string
 }
 
 func (f *BootFailure) Error() string {
 	return fmt.Sprintf("%s: %s; the node booted its fallback image %s again", f.Reason, f.Message, f.Fallback)
+}
+
+// DistributionFailure is the error of an upgrade whose new image booted but whose distribution
+// did not start, on a node whose document does not assess the distribution: Kairos counted the
+// boot as good once userspace ran, so nothing falls back and the node stays on the image
+// without Kubernetes.
+type DistributionFailure struct {
+	// Image is the image the node runs.
+	Image string
+	// Reason is the node's reason (ReasonDistributionMismatch, ReasonVersionSkew,
+	// ReasonPreflightFailed), Message its message.
+	Reason, Message string
+}
+
+func (f *DistributionFailure) Error() string {
+	return fmt.Sprintf("%s: %s; the image %s booted, so boot assessment kept it: the node runs it without Kubernetes", f.Reason, f.Message, f.Image)
 }
 
 // Images returns the node's active and passive images (empty before the node loaded its
@@ -155,10 +177,12 @@ func (n *Node) osImage() string {
 
 // Upgrade does what the Kairos operator's upgrade Job does on the node (`kairos-agent upgrade
 // --source dir:/` inside the upgrade image, then a reboot): the image becomes the active image, the
-// image it replaces the passive one, and the node reboots into it. It returns once the node runs
-// again: nil on the new image, a *BootFailure when the image did not come up and the node booted
-// its passive image again after BootAssessmentPeriod, another error when the upgrade could not
-// start (the node does not run, the reference is not an image).
+// image it replaces the passive one (booted from the passive image, the agent keeps it), Kairos'
+// after-upgrade stage enables the boot assessment, and the node reboots. It returns once the node
+// has settled: nil on the new image, a *BootFailure when GRUB's boot assessment sent the node back
+// to its passive image (bootassessment.go), a *DistributionFailure when the node stays on the
+// new image without its distribution, another error when the upgrade could not start (the node
+// does not run, the reference is not an image).
 func (n *Node) Upgrade(ctx context.Context, ref string) error {
 	if _, err := ParseImage(ref); err != nil {
 		return fmt.Errorf("pulling the upgrade image: %w", err)
@@ -171,6 +195,7 @@ func (n *Node) Upgrade(ctx context.Context, ref string) error {
 	n.mu.Lock()
 	n.images.passive, n.images.active = n.images.running, ref
 	n.mu.Unlock()
+	n.afterUpgrade()
 	return n.reboot(ctx)
 }
 
@@ -191,7 +216,7 @@ func (n *Node) UpgradeRecovery(ref string) error {
 	return nil
 }
 
-// Reboot reboots the node into its active image, with the same fallback as an upgrade.
+// Reboot reboots the node: GRUB's boot assessment picks the entry, as at any boot.
 func (n *Node) Reboot(ctx context.Context) error {
 	n.upgrading.Lock()
 	defer n.upgrading.Unlock()
@@ -213,39 +238,117 @@ func (n *Node) checkRunning() error {
 }
 
 // reboot stops what runs on the node (kubelet: its Lease is no longer renewed; the distribution;
-// the etcd member process of a control-plane node) and boots the active image. An image that does
-// not come up sends the node back to its passive image after BootAssessmentPeriod.
+// the etcd member process of a control-plane node) and boots it again: GRUB picks the active or
+// the fallback entry (grubSelect), a boot that fails before userspace comes back to GRUB, and the
+// document's verify step may reboot an armed boot whose distribution does not get ready.
 func (n *Node) reboot(ctx context.Context) error {
 	active, passive := n.Images()
 	n.setStatus(Status{Phase: PhaseBooting, Reason: ReasonRebooting, Message: "rebooting into " + active})
 	n.shutdownForReboot()
-	err := n.bootImage(ctx, active)
+	var failed *BootFailure
+	for {
+		if n.grubSelect() {
+			return n.bootFallback(ctx, active, passive, failed)
+		}
+		f, err := n.bootActive(ctx, active, passive)
+		if f == nil {
+			return err
+		}
+		failed = f
+	}
+}
+
+// bootActive boots the active entry. It returns a *BootFailure when the machine rebooted (back
+// to GRUB), otherwise nil and the boot's outcome: nil when the distribution is up, a
+// *DistributionFailure or a refusal when the node stays on the image without it, another error
+// when the cluster did not answer in time (not the image's fault: the node is up on the image).
+func (n *Node) bootActive(ctx context.Context, active, passive string) (*BootFailure, error) {
+	img, err := ParseImage(active)
+	if err == nil && n.reg.imageBroken(active) {
+		err = fmt.Errorf("the image %s does not boot (kernel panic during boot; simulated with Registry.BreakImage)", active)
+	}
+	if err != nil {
+		// panic=5: the kernel reboots the machine, back to GRUB.
+		n.setStatus(Status{Phase: PhaseBooting, Reason: ReasonImageBroken, Message: err.Error() + "; the machine reboots"})
+		if err := sleepCtx(ctx, BootAssessmentPeriod); err != nil {
+			return nil, err
+		}
+		n.mu.Lock()
+		enabled := n.grub.enable
+		n.mu.Unlock()
+		if !enabled {
+			n.setStatus(Status{Phase: PhaseRefused, Reason: ReasonImageBroken, Message: err.Error() + "; boot assessment is not enabled (no upgrade pending), so GRUB boots it again: the machine reboots in a loop"})
+			return nil, refuse(ReasonImageBroken, "%v; boot assessment is not enabled, the machine reboots into it again and again", err)
+		}
+		return &BootFailure{Image: active, Fallback: passive, Reason: ReasonImageBroken, Message: err.Error()}, nil
+	}
+	n.mu.Lock()
+	p := n.plan
+	n.mu.Unlock()
+	from := n.bootOS(img)
+	armed := n.bootedActive(p)
+	err = n.startDistribution(ctx, p, img, from)
 	if err == nil {
-		return nil
+		n.distributionReady(p)
+		return nil, nil
 	}
 	var r *refusal
 	if !errors.As(err, &r) {
-		// Not the image's fault (the cluster did not answer in time): the node is up on the image.
-		return err
+		return nil, err
 	}
-	failure := &BootFailure{Image: active, Fallback: passive, Reason: r.reason, Message: r.err.Error()}
-	n.setStatus(Status{Phase: PhaseBooting, Reason: r.reason, Message: r.err.Error() + "; boot assessment will fall back to " + passive})
-	// The failed image's services never came up: nothing of it runs while the tries are used up.
+	if !armed || !p.bootAssessmentSteps().verify {
+		n.setStatus(Status{Phase: PhaseRefused, Reason: r.reason, Message: r.err.Error() + "; the image booted, so boot assessment counted it good and nothing falls back: the node stays on " + active + " without " + serviceOf(p)})
+		return nil, &DistributionFailure{Image: active, Reason: r.reason, Message: r.err.Error()}
+	}
+	// The document's verify step waits for the distribution, then reboots; GRUB finds both
+	// variables the arm step set.
+	n.setStatus(Status{Phase: PhaseBooting, Reason: r.reason, Message: r.err.Error() + "; the boot assessment's verify step reboots into the fallback image " + passive + " when its timeout passes"})
+	if err := sleepCtx(ctx, VerifyTimeout); err != nil {
+		return nil, err
+	}
 	n.shutdownForReboot()
+	return &BootFailure{Image: active, Fallback: passive, Reason: r.reason, Message: r.err.Error()}, nil
+}
+
+// bootFallback boots GRUB's fallback entry, the passive image, after failed (nil when GRUB
+// chose the fallback without trying the active image: variables left set by an earlier failure).
+func (n *Node) bootFallback(ctx context.Context, active, passive string, failed *BootFailure) error {
+	if failed == nil {
+		failed = &BootFailure{Image: active, Fallback: passive, Reason: ReasonPreviousBootFailed,
+			Message: "GRUB's boot assessment variables are still set from an earlier failed boot, so it booted the fallback entry without trying " + active}
+	}
+	if passive == "" {
+		n.setStatus(Status{Phase: PhaseRefused, Reason: failed.Reason, Message: failed.Message + "; no passive image to fall back to"})
+		return failed
+	}
+	n.setStatus(Status{Phase: PhaseBooting, Reason: failed.Reason, Message: failed.Message + "; boot assessment falls back to " + passive})
+	img, err := ParseImage(passive)
+	if err == nil && n.reg.imageBroken(passive) {
+		err = fmt.Errorf("the image %s does not boot either", passive)
+	}
+	if err == nil {
+		n.mu.Lock()
+		p := n.plan
+		n.mu.Unlock()
+		from := n.bootOS(img)
+		n.bootedFallback()
+		if err = n.startDistribution(ctx, p, img, from); err == nil {
+			n.distributionReady(p)
+			return failed
+		}
+	}
+	n.setStatus(Status{Phase: PhaseRefused, Reason: ReasonStartFailed, Message: fmt.Sprintf("the fallback image %s did not come up either: %v", passive, err)})
+	return fmt.Errorf("%w; the fallback failed too: %v", failed, err)
+}
+
+// sleepCtx waits d unless ctx ends first.
+func sleepCtx(ctx context.Context, d time.Duration) error {
 	select {
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(BootAssessmentPeriod):
+	case <-time.After(d):
+		return nil
 	}
-	if passive == "" {
-		n.setStatus(Status{Phase: PhaseRefused, Reason: r.reason, Message: r.err.Error() + "; no passive image to fall back to"})
-		return failure
-	}
-	if err := n.bootImage(ctx, passive); err != nil {
-		n.setStatus(Status{Phase: PhaseRefused, Reason: ReasonStartFailed, Message: fmt.Sprintf("the fallback image %s did not come up either: %v", passive, err)})
-		return fmt.Errorf("%w; the fallback failed too: %v", failure, err)
-	}
-	return failure
 }
 
 // shutdownForReboot stops the node's kubelet, its part in the virtual IP and its etcd process; the
@@ -258,19 +361,33 @@ func (n *Node) shutdownForReboot() {
 	}
 }
 
-// bootImage boots an image on the node: the checks its distribution's start runs (the image ships
-// the distribution; the document's preflight, as the unit's ExecStartPre; the version skew), then
-// the etcd member with its data, the kubelet with the new version.
-func (n *Node) bootImage(ctx context.Context, ref string) error {
-	img, err := ParseImage(ref)
-	if err != nil {
-		return refuse(ReasonImageBroken, "%v", err)
-	}
-	if n.reg.imageBroken(ref) {
-		return refuse(ReasonImageBroken, "the image %s does not boot (kernel panic during boot; simulated with Registry.BreakImage)", ref)
-	}
+// bootOS is an image's userspace coming up: its /etc/kairos-release and /etc/os-release, the
+// distribution version it ships ("" when it ships another distribution). It returns the version
+// the distribution last ran with, which the version skew policy compares the image's with.
+func (n *Node) bootOS(img Image) (from string) {
+	n.writeRelease(img)
 	n.mu.Lock()
-	p, from, c := n.plan, n.installed, n.cluster
+	defer n.mu.Unlock()
+	from = n.dataVersion
+	if from == "" {
+		from = n.installed
+	}
+	n.images.running = img.Ref
+	n.installed = img.Version
+	if n.plan != nil && img.Distribution != n.plan.distribution {
+		n.installed = ""
+	}
+	return from
+}
+
+// startDistribution starts the distribution of a booted image: the checks its start runs (the
+// image ships the distribution; the document's preflight, as the unit's ExecStartPre; the version
+// skew from the version it last ran), then the etcd member with its data, the kubelet with the
+// new version.
+func (n *Node) startDistribution(ctx context.Context, p *plan, img Image, from string) error {
+	ref := img.Ref
+	n.mu.Lock()
+	c := n.cluster
 	n.mu.Unlock()
 	if img.Distribution != p.distribution {
 		return refuse(ReasonDistributionMismatch, "the image %s ships %s, not %s: %s cannot start", ref, describeDistribution(img), p.distribution, serviceOf(p))
@@ -286,10 +403,8 @@ func (n *Node) bootImage(ctx context.Context, ref string) error {
 		return refuse(ReasonVersionSkew, "%s %s refuses to start: %v", p.distribution, img.Version, err)
 	}
 
-	n.writeRelease(img)
 	n.mu.Lock()
-	n.images.running = ref
-	n.installed = img.Version
+	n.dataVersion = img.Version
 	kube := n.kubeletClient
 	n.mu.Unlock()
 	name := n.Name()
@@ -479,16 +594,21 @@ func (n *Node) followDocumentImage(p *plan, installed string) (string, error) {
 	n.mu.Lock()
 	n.images.passive, n.images.active = from, want
 	n.mu.Unlock()
+	n.afterUpgrade()
 	n.setStatus(Status{Phase: PhaseBooting, Reason: ReasonRebooting, Message: fmt.Sprintf("upgraded from %s to the document's image %s, rebooting into it", from, want)})
-	if n.reg.imageBroken(want) {
+	// GRUB's boot assessment at the reboot, and at the one after a boot that fails before
+	// userspace (bootassessment.go).
+	fallback := n.grubSelect()
+	if !fallback && n.reg.imageBroken(want) {
 		time.Sleep(BootAssessmentPeriod)
+		fallback = n.grubSelect()
+	}
+	if fallback {
+		n.bootedFallback()
 		return "", refuse(ReasonImageBroken, "the document's image %s does not boot; boot assessment fell back to %s, where the image step does not upgrade again and the preflight keeps %s stopped", want, from, serviceOf(p))
 	}
-	n.writeRelease(img)
-	n.mu.Lock()
-	n.images.running = want
-	n.installed = img.Version
-	n.mu.Unlock()
+	n.bootOS(img)
+	n.bootedActive(p)
 	n.imageReboots.Add(1)
 	return img.Version, nil
 }

@@ -2,6 +2,7 @@ package simnode_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -14,6 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	commoncc "github.com/kairos-capi/kairos-capi/common/cloudconfig"
 	"github.com/kairos-capi/kairos-capi/common/render"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	"github.com/kairos-capi/kairos-capi/test/simnode"
@@ -126,9 +128,13 @@ func TestNodeOpUpgradeCRDMirrorsKairosOperator(t *testing.T) {
 // the simulated Kairos operator, v1.36.3 -> v1.37.0: the node reboots into the new image and comes
 // back as the same etcd member (same member ID, same data: an object written before is still
 // there), the same Node (UID, provider ID) whose kubelet reports v1.37.0, and the NodeOpUpgrade is
-// Completed. Then images a real node would not run: a broken image (boot assessment falls back to
-// the passive image), an image of the other distribution, an image two minors ahead; each leaves
-// the node on v1.37.0 and its NodeOpUpgrade Failed with the node's reason.
+// Completed; the document's boot assessment armed that first boot, then verified the release and
+// cleared GRUB's variables, and a plain reboot of the verified release does not arm. Then images
+// a real node would not run: a broken image (GRUB's own rule falls back to the passive image), an
+// image of the other distribution and an image two minors ahead (the document's verify step
+// reboots the armed boot, GRUB falls back); each leaves the node on v1.37.0, its verified release
+// unchanged and its NodeOpUpgrade Failed with the node's reason. After a fallback GRUB keeps
+// booting the fallback entry, also for the next upgrade, until the variables are cleared.
 func TestKairosUpgrade(t *testing.T) {
 	t.Parallel() // its own Registry: nothing shared with the other tests
 	reg, err := simnode.NewRegistry(simnode.Options{})
@@ -151,6 +157,10 @@ func TestKairosUpgrade(t *testing.T) {
 			oldImage := simnode.KairosImage(dist, version)
 			if active, passive := cp.Images(); active != oldImage || passive != "" {
 				t.Fatalf("images before the upgrade: %q, %q; want %q and none", active, passive, oldImage)
+			}
+			// The first boot ever: verified once ready, nothing armed.
+			if ba := cp.BootAssessment(); ba != (simnode.BootAssessment{VerifiedRelease: releaseOf(t, oldImage)}) {
+				t.Errorf("boot assessment after the first boot: %+v", ba)
 			}
 			before := node(t, admin, "cp-0")
 			if before.Status.NodeInfo.KubeletVersion != kubeletVersionOf(dist, version+build) || before.Status.NodeInfo.OSImage != "Ubuntu 24.04 LTS" {
@@ -201,6 +211,21 @@ func TestKairosUpgrade(t *testing.T) {
 			if rel, err := cp.ReadFile("/etc/kairos-release"); err != nil || !strings.Contains(string(rel), `KAIROS_SOFTWARE_VERSION="v1.37.0`+build+`"`) {
 				t.Errorf("/etc/kairos-release after the upgrade: %q %v", rel, err)
 			}
+			// The new release's first boot was armed, then verified and cleared.
+			verified := simnode.BootAssessment{Armed: true, VerifiedRelease: releaseOf(t, newImage)}
+			if ba := cp.BootAssessment(); ba != verified {
+				t.Errorf("boot assessment after the upgrade: %+v, want %+v", ba, verified)
+			}
+			waitReady(t, admin, "cp-0")
+
+			// A reboot of the verified release: GRUB boots it, nothing is armed.
+			if err := cp.Reboot(w.ctx); err != nil {
+				t.Fatalf("reboot: %v", err)
+			}
+			verified.Armed = false
+			if ba := cp.BootAssessment(); ba != verified || cp.RunningImage() != newImage {
+				t.Errorf("boot assessment after a reboot: %+v, want %+v; running %s", ba, verified, cp.RunningImage())
+			}
 			waitReady(t, admin, "cp-0")
 
 			// Images that must not end up running. Each boot fails, boot assessment falls back.
@@ -210,11 +235,22 @@ func TestKairosUpgrade(t *testing.T) {
 			if dist == render.K3s {
 				other = render.K0s
 			}
-			for _, tc := range []struct{ name, image, reason string }{
-				{"broken", broken, simnode.ReasonImageBroken},
-				{"other-distribution", simnode.KairosImage(other, "v1.37.0"), simnode.ReasonDistributionMismatch},
-				{"two-minors", simnode.KairosImage(dist, "v1.39.0"), simnode.ReasonVersionSkew},
+			for _, tc := range []struct {
+				name, image, reason string
+				// wait is how long the failure takes at least; stale keeps the variables the
+				// previous fallback left (otherwise cleared first, as an operator would).
+				wait  time.Duration
+				stale bool
+			}{
+				{"broken", broken, simnode.ReasonImageBroken, simnode.BootAssessmentPeriod, false},
+				// GRUB still holds the broken image's failure: the next upgrade is not even tried.
+				{"after-a-fallback", strings.Replace(newImage, "-v3.5.0-", "-v3.5.1-", 1), simnode.ReasonPreviousBootFailed, 0, true},
+				{"other-distribution", simnode.KairosImage(other, "v1.37.0"), simnode.ReasonDistributionMismatch, simnode.VerifyTimeout, false},
+				{"two-minors", simnode.KairosImage(dist, "v1.39.0"), simnode.ReasonVersionSkew, simnode.VerifyTimeout, false},
 			} {
+				if !tc.stale {
+					cp.ClearBootAssessment()
+				}
 				failedAt := time.Now()
 				u := createNodeOpUpgrade(t, admin, tc.name, tc.image)
 				waitNodeOpUpgrade(t, admin, u, simnode.NodeOpPhaseFailed, 3*time.Minute)
@@ -223,11 +259,16 @@ func TestKairosUpgrade(t *testing.T) {
 				if !strings.Contains(msg, tc.reason) {
 					t.Errorf("%s: the node's status message %q does not carry %s", tc.name, msg, tc.reason)
 				}
-				if time.Since(failedAt) < simnode.BootAssessmentPeriod {
-					t.Errorf("%s: failed before the boot assessment period", tc.name)
+				if time.Since(failedAt) < tc.wait {
+					t.Errorf("%s: failed after %s, before the %s a real node takes", tc.name, time.Since(failedAt), tc.wait)
 				}
 				if active, passive := cp.Images(); active != tc.image || passive != newImage || cp.RunningImage() != newImage {
 					t.Errorf("%s: images %q, %q, running %q; want the failed image active and the node back on its passive one", tc.name, active, passive, cp.RunningImage())
+				}
+				// GRUB booted the fallback entry and keeps both variables; the verified release is
+				// still the one the node runs.
+				if ba, want := cp.BootAssessment(), (simnode.BootAssessment{Enable: true, Tentative: true, UpgradeFailure: true, VerifiedRelease: releaseOf(t, newImage)}); ba != want {
+					t.Errorf("%s: boot assessment after the fallback %+v, want %+v", tc.name, ba, want)
 				}
 				n := node(t, admin, "cp-0")
 				if want := kubeletVersionOf(dist, "v1.37.0"+build); n.Status.NodeInfo.KubeletVersion != want {
@@ -244,6 +285,16 @@ func TestKairosUpgrade(t *testing.T) {
 			t.Logf("%s took %s", dist, time.Since(start))
 		})
 	}
+}
+
+// releaseOf is the /etc/kairos-release triple of an image, what the boot assessment verifies.
+func releaseOf(t *testing.T, ref string) string {
+	t.Helper()
+	img, err := simnode.ParseImage(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return img.KairosVersion + "-" + string(img.Distribution) + img.Version
 }
 
 func kubeletVersionOf(dist render.Distribution, installed string) string {
@@ -400,5 +451,85 @@ func TestDocumentImage(t *testing.T) {
 				t.Logf("%s: %s", tc.name, n.Status().Message)
 			}
 		})
+	}
+}
+
+// withoutBootAssessment returns the document without kairos-capi's boot assessment steps (its
+// boot.before arm step and the network step that starts the verify unit), as documents of
+// earlier releases were.
+func withoutBootAssessment(t *testing.T, doc []byte) []byte {
+	t.Helper()
+	c, err := commoncc.Unmarshal(doc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	delete(c.Stages, "boot.before")
+	var network []commoncc.Step
+	for _, st := range c.Stages[commoncc.StageNetwork] {
+		if !strings.Contains(strings.Join(st.Commands, "\n"), render.BootAssessmentUnit) {
+			network = append(network, st)
+		}
+	}
+	if len(network) == len(c.Stages[commoncc.StageNetwork]) {
+		t.Fatal("the document has no verify step")
+	}
+	c.Stages[commoncc.StageNetwork] = network
+	out, err := c.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestBootAssessmentWithoutDocumentSteps: Kairos' boot assessment alone, for a document without
+// kairos-capi's arm and verify steps. An image that does not boot falls back by GRUB's own rule;
+// an image that boots but whose k3s refuses to start (it ships k0s) counts as a good boot: the
+// node stays on it, not running its distribution, and GRUB's variables are cleared.
+func TestBootAssessmentWithoutDocumentSteps(t *testing.T) {
+	t.Parallel() // its own Registry: nothing shared with the other tests
+	reg, err := simnode.NewRegistry(simnode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	w := newWorld(t, reg, render.K3s)
+	doc := withoutBootAssessment(t, w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-0"}))
+	cp := w.start("cp-0", doc, "")
+	waitPhase(t, cp, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
+	if ba := cp.BootAssessment(); ba != (simnode.BootAssessment{}) {
+		t.Errorf("boot assessment without the steps: %+v, want nothing recorded", ba)
+	}
+	oldImage := simnode.KairosImage(render.K3s, version)
+
+	broken := simnode.KairosImage(render.K3s, "v1.37.1")
+	reg.BreakImage(broken)
+	err = cp.Upgrade(w.ctx, broken)
+	var bf *simnode.BootFailure
+	if !errors.As(err, &bf) || bf.Reason != simnode.ReasonImageBroken || bf.Fallback != oldImage {
+		t.Fatalf("upgrade to a broken image: %v, want a fallback to %s", err, oldImage)
+	}
+	if cp.RunningImage() != oldImage || cp.Status().Phase != simnode.PhaseRunning {
+		t.Errorf("after the fallback: running %s, %s", cp.RunningImage(), cp)
+	}
+	if ba := cp.BootAssessment(); !ba.Enable || !ba.Tentative || !ba.UpgradeFailure || ba.Armed {
+		t.Errorf("boot assessment after the fallback: %+v", ba)
+	}
+
+	cp.ClearBootAssessment()
+	k0sImage := simnode.KairosImage(render.K0s, "v1.37.0")
+	err = cp.Upgrade(w.ctx, k0sImage)
+	var df *simnode.DistributionFailure
+	if !errors.As(err, &df) || df.Reason != simnode.ReasonDistributionMismatch || df.Image != k0sImage {
+		t.Fatalf("upgrade to an image without k3s: %v, want a DistributionFailure", err)
+	}
+	t.Logf("%v", err)
+	if s := cp.Status(); s.Phase != simnode.PhaseRefused || s.Reason != simnode.ReasonDistributionMismatch || cp.RunningImage() != k0sImage {
+		t.Errorf("after the upgrade: running %s, %s; want the new image, refused", cp.RunningImage(), cp)
+	}
+	if ba := cp.BootAssessment(); ba != (simnode.BootAssessment{}) {
+		t.Errorf("boot assessment after a good boot without the steps: %+v, want cleared", ba)
+	}
+	if rel, _ := cp.ReadFile("/etc/kairos-release"); !strings.Contains(string(rel), `KAIROS_SOFTWARE_VERSION_PREFIX="k0s"`) {
+		t.Errorf("/etc/kairos-release is not the new image's: %s", rel)
 	}
 }
