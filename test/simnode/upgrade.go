@@ -297,7 +297,12 @@ func (n *Node) bootActive(ctx context.Context, active, passive string) (*BootFai
 		return nil, err
 	}
 	if !armed || !p.bootAssessmentSteps().verify {
-		n.setStatus(Status{Phase: PhaseRefused, Reason: r.reason, Message: r.err.Error() + "; the image booted, so boot assessment counted it good and nothing falls back: the node stays on " + active + " without " + serviceOf(p)})
+		msg := r.err.Error() + "; the image booted, so boot assessment counted it good and nothing falls back: the node stays on " + active + " without " + serviceOf(p)
+		if armed {
+			// An arm step without the verify step: nothing reboots, the next reboot falls back.
+			msg += " (GRUB's variables stay armed: its next reboot boots the fallback image)"
+		}
+		n.setStatus(Status{Phase: PhaseRefused, Reason: r.reason, Message: msg})
 		return nil, &DistributionFailure{Image: active, Reason: r.reason, Message: r.err.Error()}
 	}
 	// The document's verify step waits for the distribution, then reboots; GRUB finds both
