@@ -16,11 +16,7 @@ import (
 // reached.
 func TestAPIServerBehindLoadBalancer(t *testing.T) {
 	t.Parallel() // its own Registry: nothing shared with the other tests
-	reg, err := simnode.NewRegistry(simnode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := newRegistry(t)
 	for _, dist := range []render.Distribution{render.K0s, render.K3s} {
 		t.Run(string(dist), func(t *testing.T) {
 			w := newWorld(t, reg, dist)

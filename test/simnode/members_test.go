@@ -24,11 +24,7 @@ import (
 // k0s serves etcd's client port on the node address only when its ClusterConfig says so.
 func TestEtcdMembersAreReal(t *testing.T) {
 	t.Parallel() // its own Registry: nothing shared with the other tests
-	reg, err := simnode.NewRegistry(simnode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := newRegistry(t)
 	for _, dist := range []render.Distribution{render.K0s, render.K3s} {
 		t.Run(string(dist), func(t *testing.T) {
 			w := newWorld(t, reg, dist)

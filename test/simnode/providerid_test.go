@@ -17,11 +17,7 @@ import (
 // without it. The machine's DMI product UUID is where a real node reads it.
 func TestNodeProviderIDs(t *testing.T) {
 	t.Parallel() // its own Registry: nothing shared with the other tests
-	reg, err := simnode.NewRegistry(simnode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := newRegistry(t)
 	for _, tc := range []struct {
 		name string
 		dist render.Distribution
@@ -60,11 +56,7 @@ func TestNodeProviderIDs(t *testing.T) {
 // node for the endpoint (the sandbox flake of 2026-11-23).
 func TestInitRetryReusesItsCluster(t *testing.T) {
 	t.Parallel() // its own Registry: nothing shared with the other tests
-	reg, err := simnode.NewRegistry(simnode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := newRegistry(t)
 	w := newWorld(t, reg, render.K0s)
 	doc := w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, Hostname: "cp-0"})
 	cp, err := reg.StartNode(simnode.NodeSpec{Namespace: "test", Name: "cp-0", Endpoint: w.endpointString(), Data: doc, FailFirstInitAfterAPIServer: true})

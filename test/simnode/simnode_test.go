@@ -39,6 +39,17 @@ type world struct {
 	k3sAgentToken string
 }
 
+// newRegistry starts a Registry of simulated nodes for one test.
+func newRegistry(t *testing.T) *simnode.Registry {
+	t.Helper()
+	reg, err := simnode.NewRegistry(simnode.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reg.Close)
+	return reg
+}
+
 func newWorld(t *testing.T, reg *simnode.Registry, dist render.Distribution) *world {
 	t.Helper()
 	host, port, err := reg.ReserveEndpoint()
@@ -202,11 +213,7 @@ func hasTaint(n *corev1.Node, key string) bool {
 // Ready=False.
 func TestNodes(t *testing.T) {
 	t.Parallel() // its own Registry: nothing shared with the other tests
-	reg, err := simnode.NewRegistry(simnode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := newRegistry(t)
 
 	for _, dist := range []render.Distribution{render.K0s, render.K3s} {
 		t.Run(string(dist), func(t *testing.T) {
@@ -373,11 +380,7 @@ func TestNodes(t *testing.T) {
 // the cluster's agent token is refused (BootstrapDataRefused) before it joins etcd.
 func TestK3sAgentTokens(t *testing.T) {
 	t.Parallel() // its own Registry: nothing shared with the other tests
-	reg, err := simnode.NewRegistry(simnode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := newRegistry(t)
 	w := newWorld(t, reg, render.K3s)
 	cp := w.start("cp-0", w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-0"}), "")
 	waitPhase(t, cp, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)

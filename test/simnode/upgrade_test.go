@@ -137,11 +137,7 @@ func TestNodeOpUpgradeCRDMirrorsKairosOperator(t *testing.T) {
 // booting the fallback entry, also for the next upgrade, until the variables are cleared.
 func TestKairosUpgrade(t *testing.T) {
 	t.Parallel() // its own Registry: nothing shared with the other tests
-	reg, err := simnode.NewRegistry(simnode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := newRegistry(t)
 	for _, dist := range []render.Distribution{render.K0s, render.K3s} {
 		t.Run(string(dist), func(t *testing.T) {
 			start := time.Now()
@@ -383,11 +379,7 @@ func waitReady(t *testing.T, c client.Client, name string) {
 // the image ships the other distribution or a version k0s/k3s cannot move to.
 func TestDocumentImage(t *testing.T) {
 	t.Parallel() // its own Registry: nothing shared with the other tests
-	reg, err := simnode.NewRegistry(simnode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := newRegistry(t)
 	// The infrastructure's image: an older Kairos release and the previous Kubernetes minor.
 	oldImage := func(dist render.Distribution, k8s string) string {
 		return strings.Replace(simnode.KairosImage(dist, k8s), "-v3.5.0-", "-v3.4.0-", 1)
@@ -487,11 +479,7 @@ func withoutBootAssessment(t *testing.T, doc []byte) []byte {
 // node stays on it, not running its distribution, and GRUB's variables are cleared.
 func TestBootAssessmentWithoutDocumentSteps(t *testing.T) {
 	t.Parallel() // its own Registry: nothing shared with the other tests
-	reg, err := simnode.NewRegistry(simnode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := newRegistry(t)
 	w := newWorld(t, reg, render.K3s)
 	doc := withoutBootAssessment(t, w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-0"}))
 	cp := w.start("cp-0", doc, "")
@@ -503,7 +491,7 @@ func TestBootAssessmentWithoutDocumentSteps(t *testing.T) {
 
 	broken := simnode.KairosImage(render.K3s, "v1.37.1")
 	reg.BreakImage(broken)
-	err = cp.Upgrade(w.ctx, broken)
+	err := cp.Upgrade(w.ctx, broken)
 	var bf *simnode.BootFailure
 	if !errors.As(err, &bf) || bf.Reason != simnode.ReasonImageBroken || bf.Fallback != oldImage {
 		t.Fatalf("upgrade to a broken image: %v, want a fallback to %s", err, oldImage)

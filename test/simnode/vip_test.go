@@ -18,11 +18,7 @@ import (
 // nothing answers.
 func TestVirtualIPEndpoint(t *testing.T) {
 	t.Parallel() // its own Registry: nothing shared with the other tests
-	reg, err := simnode.NewRegistry(simnode.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(reg.Close)
+	reg := newRegistry(t)
 	for _, dist := range []render.Distribution{render.K0s, render.K3s} {
 		t.Run(string(dist), func(t *testing.T) {
 			t.Run("no node holds the address", func(t *testing.T) {
