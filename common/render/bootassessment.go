@@ -103,7 +103,6 @@ func (b *builder) bootAssessmentScript() string {
 	var s strings.Builder
 	s.Grow(3072)
 	s.WriteString(b.header("Boot assessment of new Kairos images: arm (boot.before) keeps GRUB on the fallback image until verify (" + BootAssessmentUnit + ") saw " + svc + " ready."))
-	s.WriteString(scriptPath)
 	s.WriteString("state=" + CosStateDir + "\n")
 	s.WriteString("grubenv=" + BootAssessmentEnv + "\n")
 	s.WriteString("verified_file=" + VerifiedReleaseFile + "\n")
