@@ -188,13 +188,16 @@ func (p *Proxy) Between(from, to time.Time) []Request {
 	return out
 }
 
-// LastWrite returns when the latest write arrived, or the zero time.
+// LastWrite returns when the latest write arrived, or the zero time. Lease writes do not count:
+// a manager with leader election renews its Lease every retry period for as long as it runs, so
+// a run with a leader would never look finished (the storm's leader-loss case waited out its
+// one-minute limit every time).
 func (p *Proxy) LastWrite() time.Time {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var last time.Time
 	for _, r := range p.requests {
-		if r.IsWrite() && r.At.After(last) {
+		if r.IsWrite() && r.Resource != "leases" && r.At.After(last) {
 			last = r.At
 		}
 	}
