@@ -27,6 +27,12 @@
 // Setup functions run again for every manager the harness starts (RestartManager), each time
 // with a fresh manager and ClusterCache; controller name validation is disabled so that the
 // same controllers can be registered again in the same process.
+//
+// With Options.InPlaceUpdates, Cluster API also runs with its RuntimeSDK and InPlaceUpdates
+// feature gates, its ExtensionConfig reconciler and a runtime client
+// (common/provider/runtimeclient), and the Kairos in-place update extension, which the
+// control-plane provider's Setup serves on the harness' webhook server, is registered for the
+// namespaces labelled InPlaceNamespaceLabel (see inplace.go).
 package harness
 
 import (
@@ -64,6 +70,7 @@ import (
 
 	clusterv1beta1 "sigs.k8s.io/cluster-api/api/core/v1beta1"
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	"sigs.k8s.io/cluster-api/core/reconcilers/cluster"
 	"sigs.k8s.io/cluster-api/core/reconcilers/machine"
@@ -73,6 +80,7 @@ import (
 	"sigs.k8s.io/cluster-api/core/reconcilers/machineset"
 	capisetup "sigs.k8s.io/cluster-api/core/setup"
 	coreadmission "sigs.k8s.io/cluster-api/core/webhooks/admission"
+	runtimeclient "sigs.k8s.io/cluster-api/exp/runtime/client"
 	"sigs.k8s.io/cluster-api/feature"
 	"sigs.k8s.io/cluster-api/util/index"
 
@@ -129,6 +137,19 @@ type Options struct {
 	// NoBootstrapProvider leaves the Kairos bootstrap provider out of the manager: it runs
 	// elsewhere (as a process of a given release, in the mixed-version test).
 	NoBootstrapProvider bool
+
+	// InPlaceUpdates runs Cluster API with its RuntimeSDK and InPlaceUpdates feature gates, a
+	// runtime client (RuntimeClient, RuntimeClientFrom) in its Machine and MachineDeployment
+	// reconcilers and its ExtensionConfig reconciler, and registers the Kairos in-place update
+	// extension with an ExtensionConfig (ExtensionConfigName) pointing at the harness' webhook
+	// server, for the namespaces labelled InPlaceNamespaceLabel=true only (OptIntoInPlaceUpdates).
+	// The extension must be served there: a Setup must call controlplane/setup.Setup, or the
+	// manager fails when Cluster API's discovery of it times out.
+	//
+	// The feature gates are process-global: once a harness asked for them, every harness of the
+	// same test binary runs with them, with a runtime client that knows no extension when it
+	// did not ask (so its rollouts stay classic).
+	InPlaceUpdates bool
 }
 
 // Harness is a running management cluster with Cluster API, the bootstrap provider and the
@@ -157,10 +178,11 @@ type Harness struct {
 }
 
 type managerRun struct {
-	cancel       context.CancelFunc
-	done         chan error
-	clusterCache clustercache.ClusterCache
-	mgr          ctrl.Manager
+	cancel        context.CancelFunc
+	done          chan error
+	clusterCache  clustercache.ClusterCache
+	mgr           ctrl.Manager
+	runtimeClient runtimeclient.Client
 }
 
 var setLoggerOnce sync.Once
@@ -188,10 +210,15 @@ func New(o Options) (*Harness, error) {
 		o.MachineSetPreflightChecks = []clusterv1.MachineSetPreflightCheck{clusterv1.MachineSetPreflightCheckAll}
 	}
 
+	if o.InPlaceUpdates {
+		if err := enableInPlaceGates(); err != nil {
+			return nil, err
+		}
+	}
 	h := &Harness{opts: o, Scheme: runtime.NewScheme()}
 	for _, add := range append([]func(*runtime.Scheme) error{
 		clientgoscheme.AddToScheme, apiextensionsv1.AddToScheme, clusterv1.AddToScheme, clusterv1beta1.AddToScheme,
-		bootstrapv1.AddToScheme, infrav1.AddToScheme,
+		bootstrapv1.AddToScheme, infrav1.AddToScheme, runtimev1.AddToScheme,
 	}, o.AddToScheme...) {
 		if err := add(h.Scheme); err != nil {
 			return nil, err
@@ -215,6 +242,12 @@ func New(o Options) (*Harness, error) {
 			return nil, err
 		}
 		h.Registry = reg
+	}
+	if o.InPlaceUpdates {
+		if err := h.applyExtensionConfig(context.Background()); err != nil {
+			_ = h.Stop()
+			return nil, err
+		}
 	}
 	if err := h.StartManager(); err != nil {
 		_ = h.Stop()
@@ -443,12 +476,12 @@ func (h *Harness) StartManager() error {
 		return errors.New("harness: the manager is already running")
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	mgr, cc, err := h.newManager(ctx)
+	mgr, cc, rc, err := h.newManager(ctx)
 	if err != nil {
 		cancel()
 		return err
 	}
-	run := &managerRun{cancel: cancel, done: make(chan error, 1), clusterCache: cc, mgr: mgr}
+	run := &managerRun{cancel: cancel, done: make(chan error, 1), clusterCache: cc, mgr: mgr, runtimeClient: rc}
 	go func() { run.done <- mgr.Start(ctx) }()
 	if err := h.Env.WaitForWebhooks(30 * time.Second); err != nil {
 		cancel()
@@ -459,6 +492,16 @@ func (h *Harness) StartManager() error {
 		cancel()
 		<-run.done
 		return errors.New("harness: the manager's caches did not sync")
+	}
+	if rc != nil && h.opts.InPlaceUpdates {
+		if err := waitRuntimeClientReady(rc, run.done, 75*time.Second); err != nil {
+			cancel()
+			select {
+			case <-run.done:
+			case <-time.After(2 * time.Minute):
+			}
+			return err
+		}
 	}
 	h.run = run
 	return nil
@@ -548,7 +591,7 @@ func ProviderClient(mgr ctrl.Manager) (client.Client, error) {
 // informer name per manager cache and never releases it.
 var managerGeneration atomic.Int64
 
-func (h *Harness) newManager(ctx context.Context) (_ ctrl.Manager, _ clustercache.ClusterCache, reterr error) {
+func (h *Harness) newManager(ctx context.Context) (_ ctrl.Manager, _ clustercache.ClusterCache, _ runtimeclient.Client, reterr error) {
 	// A panicking Setup would kill the test process before TestMain stops the API servers.
 	defer func() {
 		if r := recover(); r != nil {
@@ -570,14 +613,14 @@ func (h *Harness) newManager(ctx context.Context) (_ ctrl.Manager, _ clustercach
 		}),
 	})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if err := index.AddDefaultIndexes(ctx, mgr); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	secretCachingClient, err := capisetup.CreateSecretCachingClient(mgr)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	cc, err := clustercache.SetupWithManager(ctx, mgr, clustercache.Options{
 		SecretClient: secretCachingClient,
@@ -585,40 +628,49 @@ func (h *Harness) newManager(ctx context.Context) (_ ctrl.Manager, _ clustercach
 		Client:       capisetup.ClusterCacheClientOptions(controllerName, 20, 30),
 	}, controller.Options{MaxConcurrentReconciles: 10})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	if s, ok := cc.(interface{ SetConnectionCreationRetryInterval(time.Duration) }); ok {
 		s.SetConnectionCreationRetryInterval(h.opts.ClusterCacheRetryInterval)
 	}
 
+	// nil unless the InPlaceUpdates feature gate is on (Options.InPlaceUpdates, or another
+	// harness of the process asked for it).
+	rc, err := h.setupRuntimeSDK(ctx, mgr)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if rc != nil {
+		ctx = context.WithValue(ctx, runtimeClientKey{}, rc)
+	}
 	concurrency := func(n int) controller.Options { return controller.Options{MaxConcurrentReconciles: n} }
 	if err := (&cluster.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
 		RemoteConnectionGracePeriod: h.opts.RemoteConnectionGracePeriod,
 	}).SetupWithManager(ctx, mgr, concurrency(10)); err != nil {
-		return nil, nil, fmt.Errorf("Cluster controller: %w", err)
+		return nil, nil, nil, fmt.Errorf("Cluster controller: %w", err)
 	}
 	if err := (&machine.Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc, RuntimeClient: rc,
 		RemoteConditionsGracePeriod: h.opts.RemoteConditionsGracePeriod,
 	}).SetupWithManager(ctx, mgr, concurrency(10)); err != nil {
-		return nil, nil, fmt.Errorf("Machine controller: %w", err)
+		return nil, nil, nil, fmt.Errorf("Machine controller: %w", err)
 	}
 	if err := (&machineset.Reconciler{
 		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
 		PreflightChecks: sets.New(h.opts.MachineSetPreflightChecks...),
 	}).SetupWithManager(ctx, mgr, concurrency(10)); err != nil {
-		return nil, nil, fmt.Errorf("MachineSet controller: %w", err)
+		return nil, nil, nil, fmt.Errorf("MachineSet controller: %w", err)
 	}
 	if err := (&machinedeployment.Reconciler{
-		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(),
+		Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), RuntimeClient: rc,
 	}).SetupWithManager(ctx, mgr, concurrency(10)); err != nil {
-		return nil, nil, fmt.Errorf("MachineDeployment controller: %w", err)
+		return nil, nil, nil, fmt.Errorf("MachineDeployment controller: %w", err)
 	}
 	if err := (&machinehealthcheck.Reconciler{
 		Client: mgr.GetClient(), ClusterCache: cc,
 	}).SetupWithManager(ctx, mgr, concurrency(10)); err != nil {
-		return nil, nil, fmt.Errorf("MachineHealthCheck controller: %w", err)
+		return nil, nil, nil, fmt.Errorf("MachineHealthCheck controller: %w", err)
 	}
 	// Cluster API's manager wires the MachinePool controller behind its feature gate (on by
 	// default); its webhook refuses MachinePools while the gate is off.
@@ -626,7 +678,7 @@ func (h *Harness) newManager(ctx context.Context) (_ ctrl.Manager, _ clustercach
 		if err := (&machinepool.Reconciler{
 			Client: mgr.GetClient(), APIReader: mgr.GetAPIReader(), ClusterCache: cc,
 		}).SetupWithManager(ctx, mgr, concurrency(10)); err != nil {
-			return nil, nil, fmt.Errorf("MachinePool controller: %w", err)
+			return nil, nil, nil, fmt.Errorf("MachinePool controller: %w", err)
 		}
 	}
 	for name, setup := range map[string]interface{ SetupWebhookWithManager(ctrl.Manager) error }{
@@ -640,14 +692,14 @@ func (h *Harness) newManager(ctx context.Context) (_ ctrl.Manager, _ clustercach
 		"MachinePool":        &coreadmission.MachinePool{},
 	} {
 		if err := setup.SetupWebhookWithManager(mgr); err != nil {
-			return nil, nil, fmt.Errorf("%s webhook: %w", name, err)
+			return nil, nil, nil, fmt.Errorf("%s webhook: %w", name, err)
 		}
 	}
 
 	if !h.opts.NoBootstrapProvider {
 		c, err := ProviderClient(mgr)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		if err := bootstrapsetup.Setup(ctx, mgr, bootstrapsetup.Options{
 			Client:                  c,
@@ -655,16 +707,16 @@ func (h *Harness) newManager(ctx context.Context) (_ ctrl.Manager, _ clustercach
 			TokenTTL:                h.opts.BootstrapTokenTTL,
 			KairosConfigConcurrency: 4,
 		}); err != nil {
-			return nil, nil, fmt.Errorf("bootstrap provider: %w", err)
+			return nil, nil, nil, fmt.Errorf("bootstrap provider: %w", err)
 		}
 	}
 	if err := infracontrollers.Setup(ctx, mgr, infracontrollers.Options{Registry: h.Registry}); err != nil {
-		return nil, nil, fmt.Errorf("simulation infrastructure provider: %w", err)
+		return nil, nil, nil, fmt.Errorf("simulation infrastructure provider: %w", err)
 	}
 	for i, setup := range h.opts.Setup {
 		if err := setup(ctx, mgr, cc); err != nil {
-			return nil, nil, fmt.Errorf("extra provider %d: %w", i, err)
+			return nil, nil, nil, fmt.Errorf("extra provider %d: %w", i, err)
 		}
 	}
-	return mgr, cc, nil
+	return mgr, cc, rc, nil
 }
