@@ -120,11 +120,14 @@ bench-e2e: ## Kairos bootstrap manager vs CABPK vs the write floor against one A
 # exec'd, not run with go run: go run exits 1 when it is interrupted, whatever the program it
 # ran returned, so Ctrl-C, the documented way to stop the sandbox, ended in a make error. Now
 # make reports none; it still ends by the interrupt itself, as GNU make always does.
+# IN_PLACE=1 (or true, yes) adds -in-place: Cluster API with its RuntimeSDK and InPlaceUpdates feature gates and
+# the Kairos in-place update extension registered (issue 20).
 SANDBOX_ARGS ?=
+IN_PLACE ?=
 
 .PHONY: sandbox
-sandbox: ## Run Cluster API, both providers and simulated Kairos machines locally, with a demo cluster (Ctrl-C stops it).
-	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go build -o $(BIN)/sandbox ./cmd/sandbox && exec $(BIN)/sandbox $(SANDBOX_ARGS)
+sandbox: ## Run Cluster API, both providers and simulated Kairos machines locally, with a demo cluster (Ctrl-C stops it; IN_PLACE=1: in-place updates).
+	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go build -o $(BIN)/sandbox ./cmd/sandbox && exec $(BIN)/sandbox $(SANDBOX_ARGS) $(if $(filter 1 true yes,$(IN_PLACE)),-in-place)
 
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)

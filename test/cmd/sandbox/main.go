@@ -6,7 +6,14 @@
 // cluster-template.yaml (k0s, 1 control plane, 2 workers), shows the cluster tree until it is
 // ready, and keeps running with the management kubeconfig printed. Ctrl-C stops everything.
 //
-//	make sandbox
+//	make sandbox                                      # flags: SANDBOX_ARGS="-cluster NAME -workers N"
+//	make sandbox IN_PLACE=1                           # the same with -in-place
+//
+// With -in-place, Cluster API runs with its RuntimeSDK and InPlaceUpdates feature gates, and the
+// Kairos in-place update extension (served by the control-plane provider) is registered through
+// an ExtensionConfig for the namespaces labelled test.kairos-capi.io/in-place-updates=true; the
+// sandbox labels the namespace of its cluster (default), so its upgrades may be done in place.
+// Without it, nothing changes: no feature gate, no ExtensionConfig, classic rollouts.
 package main
 
 import (
@@ -58,13 +65,19 @@ const (
 func main() {
 	name := flag.String("cluster", "demo", "name of the cluster created from cluster-template.yaml")
 	workers := flag.Int64("workers", 2, "worker Machines of the cluster")
+	inPlace := flag.Bool("in-place", false, "run Cluster API with the RuntimeSDK and InPlaceUpdates feature gates and register the Kairos in-place update extension "+
+		"for namespaces labelled "+harness.InPlaceNamespaceLabel+"=true (the cluster's namespace, default, is labelled)")
+	flag.Usage = func() {
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: sandbox [-cluster NAME] [-workers N] [-in-place]   (make sandbox SANDBOX_ARGS=... IN_PLACE=1)\n")
+		flag.PrintDefaults()
+	}
 	flag.Parse()
 	if os.Getenv(sandboxChildEnv) == "" {
 		if code, guarded := guard(); guarded {
 			os.Exit(code)
 		}
 	}
-	if err := run(*name, *workers); err != nil {
+	if err := run(*name, *workers, *inPlace); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox:", err)
 		os.Exit(1)
 	}
@@ -72,7 +85,7 @@ func main() {
 
 func say(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
-func run(clusterName string, workers int64) (reterr error) {
+func run(clusterName string, workers int64, inPlace bool) (reterr error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Output piped into a pager that quits must stop the sandbox cleanly, not kill it with
@@ -188,15 +201,21 @@ func run(clusterName string, workers int64) (reterr error) {
 		}
 	}
 
-	say("Starting Cluster API, the Kairos providers and the simulated infrastructure")
+	if inPlace {
+		say("Starting Cluster API (feature gates RuntimeSDK, InPlaceUpdates), the Kairos providers, the in-place update extension and the simulated infrastructure")
+	} else {
+		say("Starting Cluster API, the Kairos providers and the simulated infrastructure")
+	}
 	h, err := harness.New(harness.Options{
-		Env:         env,
-		AddToScheme: []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
+		Env:            env,
+		InPlaceUpdates: inPlace,
+		AddToScheme:    []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
 		Setup: []harness.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
 			c, err := harness.ProviderClient(mgr)
 			if err != nil {
 				return err
 			}
+			// TODO(issue 20): pass RuntimeClient: harness.RuntimeClientFrom(ctx) once controlplane/setup.Options has the field.
 			return cpsetup.Setup(ctx, mgr, cpsetup.Options{Client: c, ClusterCache: cc, KairosControlPlaneConcurrency: 2})
 		}},
 	})
@@ -204,6 +223,13 @@ func run(clusterName string, workers int64) (reterr error) {
 		return err
 	}
 	defer func() { reterr = errors.Join(reterr, h.Stop()) }()
+	if inPlace {
+		// harness.New returned once Cluster API discovered the extension.
+		say("In-place updates: ExtensionConfig %s registered; labelling namespace %s %s=true", harness.ExtensionConfigName, metav1.NamespaceDefault, harness.InPlaceNamespaceLabel)
+		if err := h.OptIntoInPlaceUpdates(ctx, metav1.NamespaceDefault); err != nil {
+			return err
+		}
+	}
 
 	templatePath := filepath.Join(repos.Dir, repo.ControlPlane.Label, providerVersion, "cluster-template.yaml")
 	say("clusterctl generate cluster %s --from %s | kubectl apply -f -", clusterName, templatePath)
