@@ -137,6 +137,25 @@ func TestInPlaceUpdatesRegistersTheExtension(t *testing.T) {
 	if err := h.Client.Get(ctx, client.ObjectKey{Name: classic}, ns); err != nil || ns.Labels[harness.InPlaceNamespaceLabel] != "" {
 		t.Errorf("namespace %s: %v, labels %v", classic, err, ns.Labels)
 	}
+
+	// The gates stay on in the process: a harness that did not ask for in-place updates gets a
+	// runtime client that knows no extension (Cluster API's reconcilers require one), and no
+	// ExtensionConfig.
+	t.Run("another harness without InPlaceUpdates", func(t *testing.T) {
+		other := harness.Start(t, harness.Options{})
+		orc := other.RuntimeClient()
+		if orc == nil || !orc.IsReady() {
+			t.Fatal("no warmed-up runtime client while the InPlaceUpdates gate is on")
+		}
+		ns := framework.NewNamespace(t, other.Client, "other-")
+		if handlers, err := orc.GetAllExtensions(ctx, runtimehooksv1.CanUpdateMachineSet, machine(ns)); err != nil || len(handlers) != 0 {
+			t.Errorf("handlers: %v, %v", handlers, err)
+		}
+		list := &runtimev1.ExtensionConfigList{}
+		if err := other.Client.List(ctx, list); err != nil || len(list.Items) != 0 {
+			t.Errorf("ExtensionConfigs: %v, %v", list.Items, err)
+		}
+	})
 }
 
 // canUpdateObjects is a Kairos Machine of a k0s control plane at version, with its KairosConfig on
