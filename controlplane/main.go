@@ -36,6 +36,10 @@ func main() {
 			if err != nil {
 				return err
 			}
+			// The --feature-gates flag (InPlaceUpdates) is one of the common flags. RuntimeClient
+			// stays nil, so Machines are replaced even with the gate on, until the concrete
+			// runtime client exists.
+			// TODO: set RuntimeClient from common/provider/runtimeclient once it lands.
 			return setup.Setup(ctx, mgr, setup.Options{ClusterCache: cc, WatchFilter: o.WatchFilter, KairosControlPlaneConcurrency: concurrency, Version: version})
 		},
 	})

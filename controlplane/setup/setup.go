@@ -16,6 +16,7 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	runtimeclient "sigs.k8s.io/cluster-api/exp/runtime/client"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
@@ -49,6 +50,10 @@ type Options struct {
 	// release), which the version-skew policy compares with the installed bootstrap provider's.
 	// Empty for builds from a source tree: then only the Cluster API contract is checked.
 	Version string
+	// RuntimeClient calls Cluster API runtime extensions: with the InPlaceUpdates feature gate
+	// on, the control plane asks CanUpdateMachine whether an outdated Machine can be updated in
+	// place instead of replaced. nil: Machines are always replaced.
+	RuntimeClient runtimeclient.Client
 }
 
 // Setup registers the provider's controller and webhooks with mgr.
@@ -65,6 +70,7 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		HealthInterval:   o.EtcdHealthInterval,
 		Version:          o.Version,
 		Recorder:         mgr.GetEventRecorderFor("kairoscontrolplane-controller"),
+		RuntimeClient:    o.RuntimeClient,
 	}).SetupWithManager(ctx, mgr, controller.Options{MaxConcurrentReconciles: o.KairosControlPlaneConcurrency}); err != nil {
 		return err
 	}

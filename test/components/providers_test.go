@@ -106,7 +106,7 @@ var (
 			"--leader-elect",
 			"--diagnostics-address=${KAIROS_CONTROLPLANE_DIAGNOSTICS_ADDRESS:=:8443}",
 			"--insecure-diagnostics=${KAIROS_CONTROLPLANE_INSECURE_DIAGNOSTICS:=false}",
-			"--feature-gates=MachinePool=${EXP_MACHINE_POOL:=true}",
+			"--feature-gates=MachinePool=${EXP_MACHINE_POOL:=true},InPlaceUpdates=${EXP_IN_PLACE_UPDATES:=false}",
 			"--v=${KAIROS_CONTROLPLANE_LOG_LEVEL:=2}",
 		},
 		infraWildcards: 1,
@@ -271,8 +271,9 @@ func TestComponentsVariablesHaveDefaults(t *testing.T) {
 		for _, m := range vars {
 			assert.Regexp(t, `^[A-Z][A-Z0-9_]*:=.+$`, m[1], "variable %s has no default", m[0])
 			name, _, _ := strings.Cut(m[1], ":=")
-			// Provider variables carry the provider's name; EXP_MACHINE_POOL is Cluster API's own.
-			if name != "EXP_MACHINE_POOL" {
+			// Provider variables carry the provider's name; the feature gate variables are
+			// Cluster API's own (its kubeadm providers read the same ones).
+			if name != "EXP_MACHINE_POOL" && name != "EXP_IN_PLACE_UPDATES" {
 				assert.True(t, strings.HasPrefix(name, p.varPrefix), "variable %s is not prefixed %s", name, p.varPrefix)
 			}
 		}

@@ -229,7 +229,16 @@ func (r *Reconciler) setMachineConditions(ctx context.Context, s *scope, m *clus
 	if m.DeletionTimestamp.IsZero() {
 		ok, reasons := s.upToDate(m)
 		cond := metav1.Condition{Type: clusterv1.MachineUpToDateCondition, Status: metav1.ConditionTrue, Reason: clusterv1.MachineUpToDateReason}
-		if !ok {
+		switch {
+		case updatingInPlace(m):
+			// As KubeadmControlPlane: not up to date until the node runs what the spec says.
+			msg := "* In-place update in progress"
+			if c := conditions.Get(m, clusterv1.MachineUpdatingCondition); c != nil && c.Status == metav1.ConditionTrue && c.Message != "" {
+				msg = "* " + c.Message
+			}
+			cond = metav1.Condition{Type: clusterv1.MachineUpToDateCondition, Status: metav1.ConditionFalse,
+				Reason: clusterv1.MachineUpToDateUpdatingReason, Message: msg}
+		case !ok:
 			cond = metav1.Condition{Type: clusterv1.MachineUpToDateCondition, Status: metav1.ConditionFalse,
 				Reason: clusterv1.MachineNotUpToDateReason, Message: "* " + strings.Join(reasons, "\n* ")}
 		}

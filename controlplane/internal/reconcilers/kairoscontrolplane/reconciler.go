@@ -24,6 +24,8 @@ import (
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	runtimeclient "sigs.k8s.io/cluster-api/exp/runtime/client"
+	"sigs.k8s.io/cluster-api/feature"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/collections"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -88,8 +90,13 @@ type Reconciler struct {
 	// with the installed bootstrap provider's; empty or "dev" for builds from a source tree.
 	Version string
 	// Recorder records a Warning event when the control plane cannot create Machines because
-	// of the bootstrap provider; nil records none.
+	// of the bootstrap provider, and a Normal event on each Machine it starts updating in place;
+	// nil records none.
 	Recorder record.EventRecorder
+	// RuntimeClient calls Cluster API runtime extensions (CanUpdateMachine) to decide whether an
+	// outdated Machine is updated in place instead of replaced. nil means Machines are always
+	// replaced, as without the InPlaceUpdates feature gate.
+	RuntimeClient runtimeclient.Client
 }
 
 // joiningRequeue is how soon a control plane whose etcd waits for a joining member is looked at
@@ -130,6 +137,11 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	if r.HealthInterval <= 0 {
 		r.HealthInterval = defaultHealthInterval
+	}
+	if feature.Gates.Enabled(feature.InPlaceUpdates) && r.RuntimeClient == nil {
+		// KubeadmControlPlane refuses to start then; this manager runs without a runtime client
+		// until one is wired (see controlplane/main.go), so it says so and replaces Machines.
+		log.Info("The InPlaceUpdates feature gate is on but the manager has no runtime client: control-plane Machines are replaced, never updated in place")
 	}
 	return nil
 }
@@ -291,6 +303,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		r.reconcilePreTerminateHooks,
 		r.reconcileEtcdMembers,
 		r.reconcileControlPlaneTaints,
+		r.completeInPlaceUpdateTriggers,
 		r.reconcileRemediation,
 		r.reconcileReplicas,
 	)

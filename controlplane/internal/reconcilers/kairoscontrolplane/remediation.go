@@ -92,6 +92,13 @@ func (r *Reconciler) reconcileRemediation(ctx context.Context, s *scope) (ctrl.R
 			return ctrl.Result{RequeueAfter: requeueWhileBusy}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationDeferredReason,
 				fmt.Sprintf("waiting for Machine(s) %s to finish provisioning before remediating Machine %s", machineNames(provisioning), m.Name))
 		}
+		// One operation at a time: another Machine's in-place update takes its node down for a
+		// while. The Machine being updated may itself be remediated: an update that leaves it
+		// unhealthy is what remediation is for (as with KubeadmControlPlane).
+		if updating := s.updatingMachines().Filter(func(o *clusterv1.Machine) bool { return o.Name != m.Name }); updating.Len() > 0 {
+			return ctrl.Result{}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationDeferredReason,
+				fmt.Sprintf("waiting for the in-place update of Machine(s) %s to complete before remediating Machine %s", machineNames(updating), m.Name))
+		}
 		if deleting := s.deletingMachines(); deleting.Len() > 0 {
 			return ctrl.Result{RequeueAfter: requeueWhileBusy}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationDeferredReason,
 				fmt.Sprintf("waiting for Machine(s) %s to be deleted before remediating Machine %s", machineNames(deleting), m.Name))

@@ -34,6 +34,12 @@ func (r *Reconciler) reconcileReplicas(ctx context.Context, s *scope) (ctrl.Resu
 	case !s.initialized():
 		s.wait("waiting for Machine %s to initialize the control plane", machineNames(active))
 		return ctrl.Result{}, nil
+	case s.updatingMachines().Len() > 0:
+		// One operation at a time: an in-place update takes a node down for a while, like a
+		// deletion. Cluster API's Machine controller removes the annotations when it is done,
+		// and that Machine change brings the control plane back here.
+		s.wait("waiting for the in-place update of Machine(s) %s to complete", machineNames(s.updatingMachines()))
+		return ctrl.Result{}, nil
 	case outdated.Len() > 0:
 		var msgs []string
 		for _, m := range outdated.SortedByCreationTimestamp() {
@@ -116,17 +122,25 @@ func (r *Reconciler) scaleUp(ctx context.Context, s *scope) (ctrl.Result, error)
 // outdated ones whose etcd member or node is unhealthy, then outdated ones, then (for a plain
 // scale-down) unhealthy ones, then any; among those, one in the failure domain with the most
 // Machines, oldest first. The Machine is left out of its own preflight checks, so a broken one
-// can always be the one to go.
+// can always be the one to go. An outdated Machine a rollout picks is updated in place instead
+// when that is possible (tryInPlaceUpdate): this is the one place where the control plane would
+// otherwise remove a Machine for a rollout, so an update that fails costs no more than the
+// deletion would have.
 func (r *Reconciler) scaleDown(ctx context.Context, s *scope, outdated collections.Machines) (ctrl.Result, error) {
 	if !s.bootstrap.compatible() {
 		// Outside the version-skew policy running Machines are left alone, whether a rollout or
-		// a scale-down would remove them.
+		// a scale-down would remove them (or update them in place).
 		s.wait("deleting no Machine: %s", s.bootstrap.problem)
 		return ctrl.Result{RequeueAfter: bootstrapRecheck}, nil
 	}
 	victim := s.pickMachineToDelete(ctx, outdated)
 	if victim == nil {
 		return ctrl.Result{}, fmt.Errorf("no control-plane Machine to delete")
+	}
+	if outdated.Has(victim) {
+		if handled, res, err := r.tryInPlaceUpdate(ctx, s, victim); err != nil || handled {
+			return res, err
+		}
 	}
 	if r.preflightFailed(ctx, s, s.preflightProblems(victim)) {
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil

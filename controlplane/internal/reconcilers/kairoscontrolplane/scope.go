@@ -71,6 +71,9 @@ type scope struct {
 	remediationReason   string
 	remediationRequeue  time.Duration
 	etcdCleanupMessages []string
+	// inPlaceMessage says which path the rollout took for the Machine it acted on, when in-place
+	// updates were considered: updated in place, or replaced and why.
+	inPlaceMessage string
 	deletingReason      string
 	deletingMessage     string
 }
@@ -177,10 +180,16 @@ func (s *scope) compareWithSpec(m *clusterv1.Machine) []string {
 			reasons = append(reasons, "KairosConfig spec changed")
 		}
 	}
-	if after := s.kcp.Spec.Rollout.After; !after.IsZero() && after.Time.Before(s.reconcileTime) && m.CreationTimestamp.Time.Before(after.Time) {
-		reasons = append(reasons, fmt.Sprintf("created before rollout.after %s", after.UTC().Format(time.RFC3339)))
+	if s.rolloutAfterExpired(m) {
+		reasons = append(reasons, fmt.Sprintf("created before rollout.after %s", s.kcp.Spec.Rollout.After.UTC().Format(time.RFC3339)))
 	}
 	return reasons
+}
+
+// rolloutAfterExpired tells whether spec.rollout.after has passed since the Machine was created.
+func (s *scope) rolloutAfterExpired(m *clusterv1.Machine) bool {
+	after := s.kcp.Spec.Rollout.After
+	return !after.IsZero() && after.Time.Before(s.reconcileTime) && m.CreationTimestamp.Time.Before(after.Time)
 }
 
 // outdatedMachines returns the active Machines that need a rollout, with the reasons.

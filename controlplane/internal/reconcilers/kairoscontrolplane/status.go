@@ -47,7 +47,8 @@ func setReplicas(s *scope) {
 	kcp.Status.AvailableReplicas = ptr.To(count(machines, clusterv1.MachineAvailableCondition))
 	upToDate := int32(0)
 	for _, m := range machines {
-		if ok, _ := s.upToDate(m); ok {
+		// A Machine updated in place has its new spec already, but not yet its new node.
+		if ok, _ := s.upToDate(m); ok && !updatingInPlace(m) {
 			upToDate++
 		}
 	}
@@ -102,19 +103,39 @@ func setMachinesUpToDateCondition(ctx context.Context, s *scope) {
 		controlplanev1.NotUpToDateReason, controlplanev1.UpToDateUnknownReason, controlplanev1.UpToDateReason)
 }
 
-// setRollingOutCondition lists the outdated Machines and why, and what holds the rollout back.
+// setRollingOutCondition lists the outdated Machines and why, the Machines being updated in
+// place, which path the rollout took (when in-place updates were considered) and what holds the
+// rollout back.
 func setRollingOutCondition(s *scope) {
 	outdated, reasons := s.outdatedMachines()
+	updating := s.updatingMachines()
 	c := metav1.Condition{Type: controlplanev1.RollingOutCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotRollingOutReason}
-	if outdated.Len() > 0 {
+	if outdated.Len() > 0 || updating.Len() > 0 {
 		var msgs []string
 		for _, m := range outdated.SortedByCreationTimestamp() {
-			msgs = append(msgs, fmt.Sprintf("Machine %s: %s", m.Name, strings.Join(reasons[m.Name], ", ")))
+			if !updating.Has(m) {
+				msgs = append(msgs, fmt.Sprintf("Machine %s: %s", m.Name, strings.Join(reasons[m.Name], ", ")))
+			}
+		}
+		for _, m := range updating.SortedByCreationTimestamp() {
+			msgs = append(msgs, fmt.Sprintf("Machine %s: %s", m.Name, inPlaceProgress(m)))
+		}
+		if s.inPlaceMessage != "" {
+			msgs = append(msgs, s.inPlaceMessage)
 		}
 		c = metav1.Condition{Type: controlplanev1.RollingOutCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.RollingOutReason,
 			Message: bullets(append(msgs, s.preflightMessages...))}
 	}
 	conditions.Set(s.kcp, c)
+}
+
+// inPlaceProgress says how far the in-place update of a Machine is: what Cluster API's Machine
+// controller reports in the Machine's Updating condition, once it took the Machine over.
+func inPlaceProgress(m *clusterv1.Machine) string {
+	if c := conditions.Get(m, clusterv1.MachineUpdatingCondition); c != nil && c.Status == metav1.ConditionTrue && c.Message != "" {
+		return "updating in place: " + c.Message
+	}
+	return "updating in place"
 }
 
 func setScalingUpCondition(s *scope) {
