@@ -129,6 +129,8 @@ type fixture struct {
 	bootstrapCRD   *unstructured.Unstructured
 	noBootstrapCRD bool
 	interceptor    *interceptor.Funcs
+	// runtime is the Reconciler's runtime client (in-place updates); nil for none.
+	runtime *fakeRuntimeClient
 }
 
 func newFixture(t *testing.T) *fixture {
@@ -270,6 +272,8 @@ func (f *fixture) machine(name string, age time.Duration, opts ...func(*clusterv
 		clusterv1.TemplateClonedFromGroupKindAnnotation: f.kcp.Spec.MachineTemplate.Spec.InfrastructureRef.GroupKind().String(),
 	})
 	infra.SetOwnerReferences([]metav1.OwnerReference{owner})
+	// The spec cloned from the template (infraTemplate(templateName, "small")).
+	_ = unstructured.SetNestedField(infra.Object, "small", "spec", "size")
 	f.infras[name] = infra
 	f.members[name] = memberJoined
 	host := address(len(f.machines))
@@ -476,6 +480,9 @@ func (f *fixture) build() *env {
 	rc := &recordingController{FakeController: capicontrollerutil.NewFakeController()}
 	r := &Reconciler{Client: c, APIReader: c, ClusterCache: cache, controller: rc, HealthInterval: defaultHealthInterval,
 		machineDeleter: capicontrollerutil.NewClientWithDeleteResponseFromClient(c), etcdDialers: f.etcd.factory()}
+	if f.runtime != nil {
+		r.RuntimeClient = f.runtime
+	}
 	return &env{fixture: f, c: c, wc: wc, cache: cache, r: r, ctrl: rc}
 }
 

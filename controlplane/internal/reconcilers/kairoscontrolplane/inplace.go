@@ -115,6 +115,9 @@ type inPlaceObjects struct {
 	// this release's defaults on both sides, as compareWithSpec compares them: what the control
 	// plane set (not the bootstrap provider's defaults) against what it asks for now.
 	configSpec, desiredConfigSpec *bootstrapv1.KairosConfigSpec
+	// configOwned tells whether the KairosConfig's managedFields say which fields the control
+	// plane set (see ownedConfigSpec).
+	configOwned bool
 }
 
 // inPlaceObjectsFor computes the objects of an in-place update of m, or says why they cannot be
@@ -140,7 +143,7 @@ func (r *Reconciler) inPlaceObjectsFor(ctx context.Context, s *scope, m *cluster
 	// (compareWithSpec), so it stays as it is.
 	have := o.config.Spec.DeepCopy()
 	if owned, ok := s.ownedConfigs[m.Name]; ok {
-		have = owned.DeepCopy()
+		have, o.configOwned = owned.DeepCopy(), true
 	}
 	have.Default()
 	want := s.desiredConfig()
@@ -630,8 +633,8 @@ func (r *Reconciler) triggerInPlaceUpdate(ctx context.Context, s *scope, o *inPl
 // writeInPlaceConfig writes the desired KairosConfig: the top-level spec fields that differ from
 // what the control plane asks for (the only ones the bootstrap provider's webhook lets change
 // once the data exists are those the extension updates in place), and the update-in-progress
-// annotation, under the control plane's field manager so that its managedFields keep saying which
-// fields the control plane set (ownedFields).
+// annotation, under the control plane's field manager when the KairosConfig records which fields
+// the control plane set (ownedFields), so that the record stays complete.
 func (r *Reconciler) writeInPlaceConfig(ctx context.Context, o *inPlaceObjects) error {
 	have, err := runtime.DefaultUnstructuredConverter.ToUnstructured(o.configSpec)
 	if err != nil {
@@ -663,7 +666,13 @@ func (r *Reconciler) writeInPlaceConfig(ctx context.Context, o *inPlaceObjects) 
 		return err
 	}
 	config.Annotations = mergeMaps(config.Annotations, map[string]string{clusterv1.UpdateInProgressAnnotation: ""})
-	if err := r.Client.Patch(ctx, config, client.MergeFrom(o.config), client.FieldOwner(fieldManager)); err != nil {
+	var opts []client.PatchOption
+	if o.configOwned {
+		// Only then: a first record of the control plane's fields holding just these would make
+		// the KairosConfig look changed in every other field (it is compared whole without one).
+		opts = append(opts, client.FieldOwner(fieldManager))
+	}
+	if err := r.Client.Patch(ctx, config, client.MergeFrom(o.config), opts...); err != nil {
 		return fmt.Errorf("writing the desired KairosConfig %s (spec %s) of Machine %s for its in-place update: %w",
 			config.Name, strings.Join(changed, ", "), o.machine.Name, err)
 	}
