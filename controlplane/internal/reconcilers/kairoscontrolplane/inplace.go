@@ -510,8 +510,8 @@ func inPlaceDiffs(req *runtimehooksv1.CanUpdateMachineRequest) ([]string, error)
 		out = append(out, "Machine spec."+f)
 	}
 	for _, p := range []struct {
-		what              string
-		current, desired  runtime.RawExtension
+		what             string
+		current, desired runtime.RawExtension
 	}{
 		{"KairosConfig", req.Current.BootstrapConfig, req.Desired.BootstrapConfig},
 		{"", req.Current.InfrastructureMachine, req.Desired.InfrastructureMachine},

@@ -73,9 +73,9 @@ type scope struct {
 	etcdCleanupMessages []string
 	// inPlaceMessage says which path the rollout took for the Machine it acted on, when in-place
 	// updates were considered: updated in place, or replaced and why.
-	inPlaceMessage string
-	deletingReason      string
-	deletingMessage     string
+	inPlaceMessage  string
+	deletingReason  string
+	deletingMessage string
 }
 
 // wait records what the control plane waits for and stops the remaining phases (the bootstrap
