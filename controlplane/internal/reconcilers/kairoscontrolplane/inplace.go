@@ -264,7 +264,7 @@ func (r *Reconciler) tryInPlaceUpdate(ctx context.Context, s *scope, m *clusterv
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("Machine", klog.KObj(m))
 	if why := s.inPlaceIneligible(m); why != "" {
-		s.inPlaceDecision(m, "replacing Machine %s, not updating it in place: %s", m.Name, why)
+		s.inPlaceDecision("replacing Machine %s, not updating it in place: %s", m.Name, why)
 		log.V(2).Info("Not updating the Machine in place", "reason", why)
 		return false, ctrl.Result{}, nil
 	}
@@ -286,7 +286,7 @@ func (r *Reconciler) tryInPlaceUpdate(ctx context.Context, s *scope, m *clusterv
 	if problems := s.inPlaceProblems(m); len(problems) > 0 {
 		if len(s.preflightProblems(m)) == 0 {
 			// Only the Machine itself fails: replacing it repairs it, updating it would not.
-			s.inPlaceDecision(m, "replacing Machine %s, not updating it in place: it fails the preflight checks itself: %s", m.Name, strings.Join(problems, "; "))
+			s.inPlaceDecision("replacing Machine %s, not updating it in place: it fails the preflight checks itself: %s", m.Name, strings.Join(problems, "; "))
 			return false, ctrl.Result{}, nil
 		}
 		r.preflightFailed(ctx, s, problems)
@@ -304,21 +304,20 @@ func (r *Reconciler) tryInPlaceUpdate(ctx context.Context, s *scope, m *clusterv
 		}
 	}
 	if why != "" {
-		s.inPlaceDecision(m, "replacing Machine %s, not updating it in place: %s", m.Name, why)
+		s.inPlaceDecision("replacing Machine %s, not updating it in place: %s", m.Name, why)
 		log.Info("The Machine cannot be updated in place, replacing it", "reason", why)
 		return false, ctrl.Result{}, nil
 	}
 	if err := r.triggerInPlaceUpdate(ctx, s, objs); err != nil {
 		return false, ctrl.Result{}, err
 	}
-	s.inPlaceDecision(m, "updating Machine %s in place", m.Name)
+	s.inPlaceDecision("updating Machine %s in place", m.Name)
 	s.wait("updating Machine %s in place", m.Name)
 	return true, ctrl.Result{}, nil
 }
 
-// inPlaceDecision records which path the rollout took for a Machine, for the RollingOut
-// condition.
-func (s *scope) inPlaceDecision(_ *clusterv1.Machine, format string, args ...any) {
+// inPlaceDecision records which path the rollout took, for the RollingOut condition.
+func (s *scope) inPlaceDecision(format string, args ...any) {
 	s.inPlaceMessage = fmt.Sprintf(format, args...)
 }
 

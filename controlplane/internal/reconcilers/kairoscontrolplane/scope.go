@@ -71,11 +71,11 @@ type scope struct {
 	remediationReason   string
 	remediationRequeue  time.Duration
 	etcdCleanupMessages []string
+	deletingReason      string
+	deletingMessage     string
 	// inPlaceMessage says which path the rollout took for the Machine it acted on, when in-place
 	// updates were considered: updated in place, or replaced and why.
-	inPlaceMessage  string
-	deletingReason  string
-	deletingMessage string
+	inPlaceMessage string
 }
 
 // wait records what the control plane waits for and stops the remaining phases (the bootstrap
