@@ -745,3 +745,43 @@ func TestMarkHookPending(t *testing.T) {
 		}
 	}
 }
+
+// TestInPlaceKeepsTheOwnedFieldsRecord: a KairosConfig the control plane created records which
+// fields it set (managedFields); the in-place write adds the new image to that record, so the
+// Machine is up to date afterwards, and compared on what the control plane set as before.
+func TestInPlaceKeepsTheOwnedFieldsRecord(t *testing.T) {
+	ctx := testContext(t)
+	f := inPlaceFixture(t).replicas(1).maxSurge(0)
+	e := f.build()
+	if _, err := e.r.reconcileReplicas(ctx, e.scope(ctx)); err != nil {
+		t.Fatal(err)
+	}
+	e.settle(ctx)
+	machines := e.listMachines()
+	if len(machines) != 1 {
+		t.Fatalf("%d Machines, want 1", len(machines))
+	}
+	name := machines[0].Name
+	if _, ok := e.scope(ctx).ownedConfigs[name]; !ok {
+		t.Fatalf("KairosConfig %s has no record of the control plane's fields", name)
+	}
+
+	f.upgrade()
+	s := e.scope(ctx)
+	if _, err := e.r.reconcileReplicas(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if !e.inPlaceStarted(name) {
+		t.Fatalf("%s not updated in place (wait %q, preflight %q, decision %q)", name, s.waitMessage, s.preflightMessages, s.inPlaceMessage)
+	}
+	e.finishInPlaceUpdate(ctx, name)
+	s = e.scope(ctx)
+	owned, ok := s.ownedConfigs[name]
+	if !ok || owned.Image != newImage {
+		t.Errorf("the control plane's fields of KairosConfig %s: %+v, want image %s", name, owned, newImage)
+	}
+	m := s.machines.Filter(func(m *clusterv1.Machine) bool { return m.Name == name }).Oldest()
+	if ok, why := s.upToDate(m); !ok {
+		t.Errorf("%s is outdated after its in-place update: %v", name, why)
+	}
+}
