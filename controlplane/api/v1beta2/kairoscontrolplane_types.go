@@ -215,7 +215,9 @@ type KairosControlPlaneRolloutStrategy struct {
 type KairosControlPlaneRollingUpdate struct {
 	// maxSurge is how many Machines may exist above replicas during a rollout: 1 (default)
 	// creates the replacement first; 0 removes a Machine first, for environments without
-	// spare capacity (it needs at least 3 replicas to keep etcd quorum).
+	// spare capacity (it needs at least 3 replicas to keep etcd quorum), or updates it in place
+	// when Cluster API's InPlaceUpdates gate is on and an update extension can (also with 1
+	// replica).
 	// +optional
 	MaxSurge *intstr.IntOrString `json:"maxSurge,omitempty"`
 }
