@@ -254,7 +254,8 @@ func (s *scope) inPlaceProblems(m *clusterv1.Machine) []string {
 }
 
 // tryInPlaceUpdate updates the outdated Machine a rollout would otherwise delete in place, when
-// the feature gate is on, a CanUpdateMachine extension is registered, the Machine is eligible,
+// the feature gate is on, a CanUpdateMachine extension is registered (without one nothing
+// differs from a control plane without the gate, not even the status), the Machine is eligible,
 // the preflight checks pass and the extension can do every change. handled reports that it
 // started the update or waits for the preflight checks; otherwise the caller deletes the
 // Machine as it would without in-place updates.
@@ -263,11 +264,6 @@ func (r *Reconciler) tryInPlaceUpdate(ctx context.Context, s *scope, m *clusterv
 		return false, ctrl.Result{}, nil
 	}
 	log := ctrl.LoggerFrom(ctx).WithValues("Machine", klog.KObj(m))
-	if why := s.inPlaceIneligible(m); why != "" {
-		s.inPlaceDecision("replacing Machine %s, not updating it in place: %s", m.Name, why)
-		log.V(2).Info("Not updating the Machine in place", "reason", why)
-		return false, ctrl.Result{}, nil
-	}
 	handlers, err := r.RuntimeClient.GetAllExtensions(ctx, runtimehooksv1.CanUpdateMachine, m)
 	if err != nil {
 		return false, ctrl.Result{}, fmt.Errorf("listing the CanUpdateMachine extensions for Machine %s: %w", m.Name, err)
@@ -281,6 +277,11 @@ func (r *Reconciler) tryInPlaceUpdate(ctx context.Context, s *scope, m *clusterv
 		// As KubeadmControlPlane: patches of several extensions cannot be combined safely.
 		return false, ctrl.Result{}, fmt.Errorf("found %d CanUpdateMachine extensions (%s) for Machine %s: only one is supported; remove the others' ExtensionConfigs",
 			len(handlers), strings.Join(handlers, ", "), m.Name)
+	}
+	if why := s.inPlaceIneligible(m); why != "" {
+		s.inPlaceDecision("replacing Machine %s, not updating it in place: %s", m.Name, why)
+		log.V(2).Info("Not updating the Machine in place", "reason", why)
+		return false, ctrl.Result{}, nil
 	}
 
 	if problems := s.inPlaceProblems(m); len(problems) > 0 {

@@ -247,6 +247,12 @@ func TestInPlaceDecision(t *testing.T) {
 		{name: "no extension registered: m1 is deleted, nothing reported",
 			setup:       func(t *testing.T, f *fixture) { f.runtime.handlers = nil },
 			wantDeleted: []string{"m1"}, wantWait: "deleting Machine m1"},
+		{name: "no extension registered and a delete-machine annotation: nothing reported either",
+			setup: func(t *testing.T, f *fixture) {
+				f.runtime.handlers = nil
+				f.machines[0].Annotations[clusterv1.DeleteMachineAnnotation] = ""
+			},
+			wantDeleted: []string{"m1"}, wantWait: "deleting Machine m1"},
 		{name: "the extension cannot do every change: m1 is deleted, the field is named",
 			setup: func(t *testing.T, f *fixture) {
 				f.kcp.Spec.KairosConfigSpec.PreCommands = []string{"echo changed"}
