@@ -60,17 +60,30 @@ func ValidateKairosControlPlaneSpec(s *controlplanev1.KairosControlPlaneSpec, fl
 			fld.Child("kairosConfigSpec", "image"), fld.Child("version"))...)
 	}
 
-	surge := s.Rollout.Strategy.RollingUpdate.MaxSurge
-	if surge != nil && surge.String() == "0" && s.Replicas != nil && *s.Replicas < 3 {
+	// One replica without surge is the single-node edge cluster on fixed hardware: it can only
+	// change in place (a replacement would remove the only etcd member first), which the warning
+	// says. Two replicas are refused for being even already.
+	if noSurge(s) && s.Replicas != nil && *s.Replicas == 2 {
 		errs = append(errs, field.Forbidden(fld.Child("rollout", "strategy", "rollingUpdate", "maxSurge"),
 			fmt.Sprintf("maxSurge 0 removes a Machine before replacing it, which with %d replicas loses etcd quorum: use maxSurge 1 or at least 3 replicas", *s.Replicas)))
 	}
 	return errs
 }
 
+func noSurge(s *controlplanev1.KairosControlPlaneSpec) bool {
+	surge := s.Rollout.Strategy.RollingUpdate.MaxSurge
+	return surge != nil && surge.String() == "0"
+}
+
 // KairosControlPlaneSpecWarnings returns the admission warnings of a defaulted spec.
 func KairosControlPlaneSpecWarnings(s *controlplanev1.KairosControlPlaneSpec, fld *field.Path) []string {
 	var warnings []string
+	if noSurge(s) && s.Replicas != nil && *s.Replicas == 1 {
+		warnings = append(warnings, fld.Child("rollout", "strategy", "rollingUpdate", "maxSurge").String()+
+			": 0 with 1 replica: only changes that can be made in place proceed (Cluster API's InPlaceUpdates and RuntimeSDK feature gates, "+
+			"the Kairos update extension registered, spec.version and kairosConfigSpec.image changed together); any other change waits, "+
+			"since replacing the only Machine would remove the cluster's only etcd member first. Use maxSurge 1 where a second machine can be created")
+	}
 	if s.KairosConfigTemplate == nil {
 		cfg := asMachineConfig(&s.KairosConfigSpec, s.Distribution)
 		warnings = append(warnings, kcvalidation.KairosConfigSpecWarnings(cfg, fld.Child("kairosConfigSpec"))...)

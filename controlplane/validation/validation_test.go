@@ -146,10 +146,6 @@ var invalidSpecs = []struct {
 	{"maxSurge percent", func(s *controlplanev1.KairosControlPlaneSpec) {
 		s.Rollout.Strategy.RollingUpdate.MaxSurge = ptr.To(intstr.FromString("50%"))
 	}, "spec.rollout.strategy.rollingUpdate.maxSurge", []string{"must be 0 or 1"}},
-	{"maxSurge 0 with one replica", func(s *controlplanev1.KairosControlPlaneSpec) {
-		s.Replicas = ptr.To[int32](1)
-		s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(0)
-	}, "spec.rollout.strategy.rollingUpdate.maxSurge", []string{"with 1 replicas loses etcd quorum", "use maxSurge 1 or at least 3 replicas"}},
 	{"maxSurge 0 with two replicas", func(s *controlplanev1.KairosControlPlaneSpec) {
 		s.Replicas = ptr.To[int32](2)
 		s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(0)
@@ -197,6 +193,11 @@ func TestValidateAccepts(t *testing.T) {
 			s.KairosConfigSpec.K3s = &bootstrapv1.DistributionOptions{Args: []string{"--debug"}}
 		}},
 		{"one replica", func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = ptr.To[int32](1) }},
+		// The single-node edge cluster, which can only change in place (warned: TestWarnings).
+		{"one replica without surge", func(s *controlplanev1.KairosControlPlaneSpec) {
+			s.Replicas = ptr.To[int32](1)
+			s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(0)
+		}},
 		{"pre-release and build version", func(s *controlplanev1.KairosControlPlaneSpec) { s.Version = "v1.32.0-rc.1+k0s.0" }},
 		{"maxSurge 0 with three replicas", func(s *controlplanev1.KairosControlPlaneSpec) { s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(0) }},
 		{"maxSurge 0 with five replicas", func(s *controlplanev1.KairosControlPlaneSpec) {
@@ -332,6 +333,10 @@ func TestWarnings(t *testing.T) {
 	}{
 		{name: "none"},
 		{name: "one replica", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.Replicas = ptr.To[int32](1) }},
+		{name: "one replica without surge", mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+			s.Replicas = ptr.To[int32](1)
+			s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(0)
+		}, want: []string{"spec.rollout.strategy.rollingUpdate.maxSurge: 0 with 1 replica: only changes that can be made in place proceed"}},
 		{name: "default password", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.UserPassword = "" },
 			want: []string{passwordWarning + ` "kairos"; set spec.kairosConfigSpec.userPassword or spec.kairosConfigSpec.userPasswordSecretRef`}},
 		{name: "explicit default password", mutate: func(s *controlplanev1.KairosControlPlaneSpec) { s.KairosConfigSpec.UserPassword = "kairos" },

@@ -139,18 +139,10 @@ var invalidControlPlanes = []struct {
 		[]string{"spec.rollout.strategy.rollingUpdate.maxSurge", "must be 0 or 1: control-plane Machines are replaced one at a time"}},
 	{"maxSurge percent", func(s *cpSpec) { s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(intstr.FromString("50%")) },
 		[]string{"spec.rollout.strategy.rollingUpdate.maxSurge", "must be 0 or 1"}},
-	{"maxSurge 0 with one replica", func(s *cpSpec) {
-		s.Replicas = ptr.To[int32](1)
-		s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(intstr.FromInt32(0))
-	}, []string{"spec.rollout.strategy.rollingUpdate.maxSurge", "loses etcd quorum", "use maxSurge 1 or at least 3 replicas"}},
 	{"maxSurge 0 with two replicas", func(s *cpSpec) {
 		s.Replicas = ptr.To[int32](2)
 		s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(intstr.FromInt32(0))
 	}, []string{"spec.rollout.strategy.rollingUpdate.maxSurge", "with 2 replicas", "at least 3 replicas"}},
-	{"maxSurge 0 defaulted to one replica", func(s *cpSpec) {
-		s.Replicas = nil
-		s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(intstr.FromInt32(0))
-	}, []string{"spec.rollout.strategy.rollingUpdate.maxSurge", "with 1 replicas"}},
 	// Machine naming, metadata, kubeconfig
 	{"naming without random", func(s *cpSpec) { s.MachineNaming.Template = "{{ .kairosControlPlane.name }}" },
 		[]string{"spec.machineNaming.template", "must contain {{ .random }} so that Machine names are unique"}},
@@ -392,6 +384,19 @@ func TestDefaultsAndWarnings(t *testing.T) {
 	}
 	if !collector.Contain("well-known development password") {
 		t.Errorf("no warning when setting the development password: %q", collector.List())
+	}
+
+	// One replica without surge (the single-node edge cluster) is accepted, with the warning that
+	// only in-place changes can proceed; replicas defaulted to 1 count too.
+	collector.Reset()
+	single := validSpec()
+	single.Replicas = nil
+	single.Rollout.Strategy.RollingUpdate.MaxSurge = surge(intstr.FromInt32(0))
+	if err := c.Create(ctx, kcp(ns, "single-no-surge", single)); err != nil {
+		t.Fatal(err)
+	}
+	if !collector.Contain("spec.rollout.strategy.rollingUpdate.maxSurge: 0 with 1 replica: only changes that can be made in place proceed") {
+		t.Errorf("no in-place warning for one replica without surge: %q", collector.List())
 	}
 
 	// No password warning when the bootstrap spec comes from a KairosConfigTemplate (which

@@ -49,8 +49,7 @@ func TestInPlaceUpdatesRegistersTheExtension(t *testing.T) {
 			if harness.RuntimeClientFrom(ctx) == nil {
 				return fmt.Errorf("no runtime client for the providers' Setup")
 			}
-			// TODO(issue 20): pass RuntimeClient: harness.RuntimeClientFrom(ctx) once controlplane/setup.Options has the field.
-			return controlplanesetup.Setup(ctx, mgr, controlplanesetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 1})
+			return controlplanesetup.Setup(ctx, mgr, controlplanesetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 1, RuntimeClient: harness.RuntimeClientFrom(ctx)})
 		}},
 	})
 	if !feature.Gates.Enabled(feature.RuntimeSDK) || !feature.Gates.Enabled(feature.InPlaceUpdates) {

@@ -64,6 +64,8 @@ type cpOptions struct {
 	cluster harness.ClusterOptions
 	// infra is the control-plane KairosSimMachineTemplate's template spec.
 	infra infrav1.KairosSimMachineSpec
+	// inPlace opts the Cluster's namespace into in-place updates (harness.InPlaceNamespaceLabel).
+	inPlace bool
 }
 
 // newControlPlaneCluster creates a Cluster on simulated infrastructure with a KairosControlPlane.
@@ -75,6 +77,11 @@ func newControlPlaneCluster(t *testing.T, dist bootstrapv1.Distribution, o cpOpt
 		mh = h
 	}
 	ns := mh.NewNamespace(t)
+	if o.inPlace {
+		if err := mh.OptIntoInPlaceUpdates(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
 	const name = "kc"
 	var fds []infrav1.KairosSimFailureDomain
 	for _, fd := range o.failureDomains {

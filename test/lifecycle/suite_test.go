@@ -115,8 +115,12 @@ func controlPlaneHarnessOptions() (harness.Options, error) {
 				return err
 			}
 			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, KairosControlPlaneConcurrency: 4, EtcdHealthInterval: 5 * time.Second,
-				Client: countingClient{Client: c, log: controlPlaneWrites}})
+				Client: countingClient{Client: c, log: controlPlaneWrites}, RuntimeClient: harness.RuntimeClientFrom(ctx)})
 		}},
+		// Cluster API runs with its in-place update hooks and the Kairos extension registered;
+		// only namespaces a scenario opts in (harness.InPlaceNamespaceLabel) see the extension,
+		// so every other scenario rolls out by replacing Machines, as without the gate.
+		InPlaceUpdates: true,
 		// Short join-token lifetime: scenarios run long enough to see refreshes.
 		BootstrapTokenTTL: 2 * time.Minute,
 	}, nil

@@ -8,6 +8,7 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/webhook/admission"
 
@@ -213,6 +214,12 @@ func TestKairosControlPlaneWebhook(t *testing.T) {
 		{name: "naming template", mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 			s.MachineNaming.Template = "{{ .cluster.name }}-cp-{{ .random }}"
 		}},
+		// The single-node edge cluster: it can only change in place, which the warning says (a
+		// rollout that cannot be in place waits: TestInPlaceSingleReplicaWithoutSurge).
+		{name: "one replica without surge: accepted with a warning", mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+			s.Replicas = ptr.To[int32](1)
+			s.Rollout.Strategy.RollingUpdate.MaxSurge = ptr.To(intstr.FromInt32(0))
+		}, wantWarnings: []string{"spec.rollout.strategy.rollingUpdate.maxSurge: 0 with 1 replica: only changes that can be made in place proceed"}},
 		{name: "template reference: no dry render of the empty inline spec",
 			mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}

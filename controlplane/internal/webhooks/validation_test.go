@@ -7,7 +7,6 @@ import (
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
@@ -43,7 +42,6 @@ func TestWebhooksRefuseInTheSameWords(t *testing.T) {
 		}
 		return &controlplanev1.KairosControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "cp"}, Spec: spec}
 	}
-	surge0 := intstr.FromInt32(0)
 
 	// KairosControlPlane only (replicas, version and the infrastructure template are not in a
 	// template).
@@ -60,10 +58,6 @@ func TestWebhooksRefuseInTheSameWords(t *testing.T) {
 			"spec.version", metav1.CauseTypeFieldValueInvalid, "k0s releases before v1.30.0 have no EtcdMember API, which the control plane uses to make a controller leave etcd before its Machine goes: use v1.30.0 or later"},
 		{"no infrastructure template", func(s *controlplanev1.KairosControlPlaneSpec) { s.MachineTemplate.Spec.InfrastructureRef.Kind = "" },
 			"spec.machineTemplate.spec.infrastructureRef", metav1.CauseTypeFieldValueRequired, "set apiGroup, kind and name of the infrastructure machine template to clone, for example apiGroup: infrastructure.cluster.x-k8s.io"},
-		{"maxSurge 0 below three replicas", func(s *controlplanev1.KairosControlPlaneSpec) {
-			s.Replicas = ptr.To[int32](1)
-			s.Rollout.Strategy.RollingUpdate.MaxSurge = &surge0
-		}, "spec.rollout.strategy.rollingUpdate.maxSurge", metav1.CauseTypeForbidden, "maxSurge 0 removes a Machine before replacing it, which with 1 replicas loses etcd quorum: use maxSurge 1 or at least 3 replicas"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if _, err := (&KairosControlPlane{}).ValidateCreate(ctx, kcp(tc.mutate)); !causeAt(err, tc.field, tc.typ, tc.detail) {

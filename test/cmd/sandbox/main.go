@@ -215,8 +215,7 @@ func run(clusterName string, workers int64, inPlace bool) (reterr error) {
 			if err != nil {
 				return err
 			}
-			// TODO(issue 20): pass RuntimeClient: harness.RuntimeClientFrom(ctx) once controlplane/setup.Options has the field.
-			return cpsetup.Setup(ctx, mgr, cpsetup.Options{Client: c, ClusterCache: cc, KairosControlPlaneConcurrency: 2})
+			return cpsetup.Setup(ctx, mgr, cpsetup.Options{Client: c, ClusterCache: cc, KairosControlPlaneConcurrency: 2, RuntimeClient: harness.RuntimeClientFrom(ctx)})
 		}},
 	})
 	if err != nil {

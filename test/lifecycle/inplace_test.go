@@ -1,0 +1,142 @@
+package lifecycle
+
+import (
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
+
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/common/render"
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/test/simnode"
+)
+
+// inPlaceVersion is what the in-place scenarios upgrade to: a minor version up, as a Kairos user
+// moves a site's single node.
+const inPlaceVersion = "v1.37.0"
+
+// kairosImage is the Kairos image of the simulation that ships a distribution at a version.
+func kairosImage(dist bootstrapv1.Distribution, v string) string {
+	return simnode.KairosImage(render.Distribution(dist), v)
+}
+
+// TestSingleNodeUpgradesInPlace (issue 20, a): a single control-plane node with no workers and
+// no room to surge (maxSurge 0) moves from one minor version and Kairos image to the next in
+// place, through Cluster API's in-place update hooks, the Kairos extension and the Kairos
+// operator of the workload cluster: no Machine is ever created or deleted; the Node, its provider
+// ID and the etcd member stay; what was written to the cluster before is still there; the
+// Machine reports Updating while it runs and is UpToDate after.
+func TestSingleNodeUpgradesInPlace(t *testing.T) {
+	t.Parallel()
+	for _, dist := range distributions {
+		t.Run(string(dist), func(t *testing.T) {
+			parallel(t)
+			c := newControlPlaneCluster(t, dist, cpOptions{inPlace: true, replicas: 1, version: version, mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+				s.KairosConfigSpec.Image = kairosImage(dist, version)
+				s.Rollout.Strategy.RollingUpdate.MaxSurge = ptr.To(intstr.FromInt32(0))
+			}})
+			before := c.waitSettled(1, version, waitScale)[0]
+			sim := c.simCluster()
+			if err := sim.InstallKairosOperator(c.ctx); err != nil {
+				t.Fatal(err)
+			}
+			wl, err := c.WorkloadClient(c.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := wl.Create(c.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "written-before"}}); err != nil {
+				t.Fatal(err)
+			}
+			nodeBefore := &corev1.Node{}
+			if err := wl.Get(c.ctx, client.ObjectKey{Name: before.Status.NodeRef.Name}, nodeBefore); err != nil {
+				t.Fatal(err)
+			}
+			members := sim.EtcdMembers()
+
+			w := c.watchMachineCount()
+			updating := c.watchUpdating()
+			start := time.Now()
+			c.update(func(s *controlplanev1.KairosControlPlaneSpec) {
+				s.Version = inPlaceVersion
+				s.KairosConfigSpec.Image = kairosImage(dist, inPlaceVersion)
+			})
+			after := c.waitSettled(1, inPlaceVersion, 2*waitScale)[0]
+			most, fewest := w.result()
+			t.Logf("upgraded in place to %s after %s", inPlaceVersion, time.Since(start).Round(time.Second))
+
+			if after.UID != before.UID || most != 1 || fewest != 1 {
+				t.Errorf("Machines were replaced: %s (uid %s) before, %s (uid %s) after, up to %d and down to %d active; at the peak: %s",
+					before.Name, before.UID, after.Name, after.UID, most, fewest, w.peakMachines())
+			}
+			if !updating.seenMachine(after.Name) {
+				t.Errorf("Machine %s never reported %s=True", after.Name, clusterv1.MachineUpdatingCondition)
+			}
+			if !conditions.IsTrue(&after, clusterv1.MachineUpToDateCondition) || conditions.IsTrue(&after, clusterv1.MachineUpdatingCondition) {
+				t.Errorf("Machine %s after the update: UpToDate %+v, Updating %+v", after.Name,
+					conditions.Get(&after, clusterv1.MachineUpToDateCondition), conditions.Get(&after, clusterv1.MachineUpdatingCondition))
+			}
+			for _, a := range []string{clusterv1.UpdateInProgressAnnotation, "runtime.cluster.x-k8s.io/pending-hooks"} {
+				if _, ok := after.Annotations[a]; ok {
+					t.Errorf("Machine %s still has annotation %s", after.Name, a)
+				}
+			}
+			nodeAfter := &corev1.Node{}
+			if err := wl.Get(c.ctx, client.ObjectKey{Name: before.Status.NodeRef.Name}, nodeAfter); err != nil {
+				t.Fatal(err)
+			}
+			if nodeAfter.UID != nodeBefore.UID || nodeAfter.Spec.ProviderID != nodeBefore.Spec.ProviderID || after.Spec.ProviderID != before.Spec.ProviderID {
+				t.Errorf("Node after the update: uid %s (was %s), providerID %q (was %q), Machine providerID %q (was %q)",
+					nodeAfter.UID, nodeBefore.UID, nodeAfter.Spec.ProviderID, nodeBefore.Spec.ProviderID, after.Spec.ProviderID, before.Spec.ProviderID)
+			}
+			if m := sim.EtcdMembers(); len(m) != 1 || len(members) != 1 || m[0].MemberID != members[0].MemberID {
+				t.Errorf("etcd members after the update %+v, before %+v", m, members)
+			}
+			if running := c.nodeOf(after).RunningImage(); running != kairosImage(dist, inPlaceVersion) {
+				t.Errorf("the node runs image %s, want %s", running, kairosImage(dist, inPlaceVersion))
+			}
+			if err := wl.Get(c.ctx, client.ObjectKey{Namespace: "default", Name: "written-before"}, &corev1.ConfigMap{}); err != nil {
+				t.Errorf("the object written before the update: %v", err)
+			}
+		})
+	}
+}
+
+// updatingWatch records the Machines seen with Updating=True.
+type updatingWatch struct {
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+func (c *cpCluster) watchUpdating() *updatingWatch {
+	c.t.Helper()
+	w := &updatingWatch{seen: map[string]bool{}}
+	err := c.h.Observe(c.ctx, &clusterv1.Machine{}, func(objects []client.Object) {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for _, o := range objects {
+			if m := o.(*clusterv1.Machine); c.isControlPlaneMachine(m) && conditions.IsTrue(m, clusterv1.MachineUpdatingCondition) {
+				w.seen[m.Name] = true
+			}
+		}
+	})
+	if err != nil {
+		c.t.Fatal(fmt.Errorf("watching Machines: %w", err))
+	}
+	return w
+}
+
+func (w *updatingWatch) seenMachine(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.seen[name]
+}
