@@ -129,6 +129,10 @@ IN_PLACE ?=
 sandbox: ## Run Cluster API, both providers and simulated Kairos machines locally, with a demo cluster (Ctrl-C stops it; IN_PLACE=1: in-place updates).
 	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go build -o $(BIN)/sandbox ./cmd/sandbox && exec $(BIN)/sandbox $(SANDBOX_ARGS) $(if $(filter 1 true yes,$(IN_PLACE)),-in-place)
 
+.PHONY: sandbox-in-place
+sandbox-in-place: ## The sandbox on one control-plane node without workers, upgraded in place to v1.37.0 once ready (Ctrl-C stops it).
+	$(MAKE) --no-print-directory sandbox IN_PLACE=1 SANDBOX_ARGS="$(SANDBOX_ARGS) -workers 0"
+
 $(CONTROLLER_GEN):
 	@mkdir -p $(BIN)
 	GOBIN=$(BIN) go install sigs.k8s.io/controller-tools/cmd/controller-gen@$(CONTROLLER_GEN_VERSION)

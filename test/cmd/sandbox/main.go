@@ -12,7 +12,10 @@
 // With -in-place, Cluster API runs with its RuntimeSDK and InPlaceUpdates feature gates, and the
 // Kairos in-place update extension (served by the control-plane provider) is registered through
 // an ExtensionConfig for the namespaces labelled test.kairos-capi.io/in-place-updates=true; the
-// sandbox labels the namespace of its cluster (default), so its upgrades may be done in place.
+// sandbox labels the namespace of its cluster (default), and once the cluster is ready it
+// upgrades the control plane in place to inPlaceVersion (Kairos operator installed in the
+// workload cluster, version and image changed with maxSurge 0). `make sandbox-in-place` runs
+// that on a single-node cluster without workers: the edge case in-place upgrades exist for.
 // Without it, nothing changes: no feature gate, no ExtensionConfig, classic rollouts.
 package main
 
@@ -33,6 +36,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/klog/v2"
@@ -47,12 +51,14 @@ import (
 	"sigs.k8s.io/cluster-api/controllers/external"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
+	kairosrender "github.com/kairos-capi/kairos-capi/common/render"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	cpsetup "github.com/kairos-capi/kairos-capi/controlplane/setup"
 	"github.com/kairos-capi/kairos-capi/release/repo"
 	"github.com/kairos-capi/kairos-capi/test/clusterctlrepo"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	"github.com/kairos-capi/kairos-capi/test/harness"
+	"github.com/kairos-capi/kairos-capi/test/simnode"
 )
 
 const (
@@ -261,6 +267,16 @@ func run(clusterName string, workers int64, inPlace bool) (reterr error) {
 		return err
 	}
 
+	if inPlace {
+		if err := upgradeInPlace(ctx, h, clusterName, os.Stdout); err != nil {
+			if ctx.Err() != nil {
+				say("Stopping")
+				return nil
+			}
+			return err
+		}
+	}
+
 	fmt.Printf(`
 The sandbox is running. Management cluster:
 
@@ -282,6 +298,98 @@ Press Ctrl-C to stop everything.
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// inPlaceVersion is what -in-place upgrades the demo cluster's control plane to, with the Kairos
+// image that ships it.
+const inPlaceVersion = "v1.37.0+k0s"
+
+// upgradeInPlace demonstrates an in-place Kairos upgrade (README, "Upgrading in place"): it
+// installs the Kairos operator in the workload cluster, as a user would, and changes the control
+// plane's version and Kairos image with maxSurge 0, so that its Machine is upgraded where it
+// stands, through Cluster API's UpdateMachine hook and a NodeOpUpgrade. It returns once the
+// Machine runs the new version, and says whether it is the same Machine.
+func upgradeInPlace(ctx context.Context, h *harness.Harness, clusterName string, w io.Writer) error {
+	cluster := &clusterv1.Cluster{}
+	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: clusterName}, cluster); err != nil {
+		return err
+	}
+	ep := cluster.Spec.ControlPlaneEndpoint
+	sim := h.Registry.ClusterAt(ep.Host, ep.Port)
+	if sim == nil {
+		return fmt.Errorf("no simulated workload cluster at %s:%d", ep.Host, ep.Port)
+	}
+	say("Installing the Kairos operator in the workload cluster (kubectl apply -k https://github.com/kairos-io/kairos-operator/config/default)")
+	if err := sim.InstallKairosOperator(ctx); err != nil {
+		return err
+	}
+	before, err := controlPlaneMachine(ctx, h.Client, clusterName)
+	if err != nil {
+		return err
+	}
+	image := simnode.KairosImage(kairosrender.K0s, strings.TrimSuffix(inPlaceVersion, "+k0s"))
+	kcp := &controlplanev1.KairosControlPlane{}
+	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: clusterName + "-control-plane"}, kcp); err != nil {
+		return err
+	}
+	say("Upgrading in place: kubectl patch kairoscontrolplane %s --type merge -p '{\"spec\":{\"version\":%q,\"kairosConfigSpec\":{\"image\":%q},\"rollout\":{\"strategy\":{\"rollingUpdate\":{\"maxSurge\":0}}}}}'",
+		kcp.Name, inPlaceVersion, image)
+	patch := client.MergeFrom(kcp.DeepCopy())
+	kcp.Spec.Version = inPlaceVersion
+	kcp.Spec.KairosConfigSpec.Image = image
+	kcp.Spec.Rollout.Strategy.RollingUpdate.MaxSurge = ptrTo(intstr.FromInt32(0))
+	if err := h.Client.Patch(ctx, kcp, patch); err != nil {
+		return err
+	}
+	last := ""
+	for {
+		m, err := controlPlaneMachine(ctx, h.Client, clusterName)
+		if err == nil {
+			status := fmt.Sprintf("Machine %s: version %s, UpToDate %s, Updating %s", m.Name, m.Spec.Version,
+				conditionText(m, clusterv1.MachineUpToDateCondition), conditionText(m, clusterv1.MachineUpdatingCondition))
+			if status != last {
+				fmt.Fprintln(w, "    "+status)
+				last = status
+			}
+			_, inProgress := m.Annotations[clusterv1.UpdateInProgressAnnotation]
+			if m.Spec.Version == inPlaceVersion && !inProgress && conditions.IsTrue(m, clusterv1.MachineUpToDateCondition) {
+				if m.UID == before.UID {
+					say("Upgraded in place: Machine %s (node %s) runs %s with image %s; no Machine was created or deleted", m.Name, m.Status.NodeRef.Name, inPlaceVersion, image)
+				} else {
+					say("Machine %s replaced %s: the upgrade was not done in place", m.Name, before.Name)
+				}
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// controlPlaneMachine returns the demo cluster's only control-plane Machine.
+func controlPlaneMachine(ctx context.Context, c client.Client, clusterName string) (*clusterv1.Machine, error) {
+	list := &clusterv1.MachineList{}
+	if err := c.List(ctx, list, client.InNamespace(metav1.NamespaceDefault), client.MatchingLabels{clusterv1.ClusterNameLabel: clusterName}, client.HasLabels{clusterv1.MachineControlPlaneLabel}); err != nil {
+		return nil, err
+	}
+	if len(list.Items) != 1 {
+		return nil, fmt.Errorf("%d control-plane Machines, want 1", len(list.Items))
+	}
+	return &list.Items[0], nil
+}
+
+func conditionText(m *clusterv1.Machine, typ string) string {
+	c := conditions.Get(m, typ)
+	if c == nil {
+		return "unknown"
+	}
+	if c.Message != "" {
+		return fmt.Sprintf("%s (%s: %s)", c.Status, c.Reason, c.Message)
+	}
+	return fmt.Sprintf("%s (%s)", c.Status, c.Reason)
+}
 
 // watchCluster prints the cluster tree whenever it changes, until the control plane is available
 // and every Machine runs.
