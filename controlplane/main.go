@@ -36,11 +36,15 @@ func main() {
 			if err != nil {
 				return err
 			}
-			// The --feature-gates flag (InPlaceUpdates) is one of the common flags. RuntimeClient
-			// stays nil, so Machines are replaced even with the gate on, until the concrete
-			// runtime client exists.
-			// TODO: set RuntimeClient from common/provider/runtimeclient once it lands.
-			return setup.Setup(ctx, mgr, setup.Options{ClusterCache: cc, WatchFilter: o.WatchFilter, KairosControlPlaneConcurrency: concurrency, Version: version})
+			// nil unless --feature-gates (a common flag) turns InPlaceUpdates on; then it is fed
+			// by a read-only ExtensionConfig reconciler, Cluster API core doing the discovery.
+			rc, err := setup.NewRuntimeClient(ctx, mgr, o.WatchFilter)
+			if err != nil {
+				return err
+			}
+			return setup.Setup(ctx, mgr, setup.Options{
+				ClusterCache: cc, WatchFilter: o.WatchFilter, KairosControlPlaneConcurrency: concurrency, Version: version, RuntimeClient: rc,
+			})
 		},
 	})
 }

@@ -15,8 +15,10 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/controller"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	runtimeclient "sigs.k8s.io/cluster-api/exp/runtime/client"
+	"sigs.k8s.io/cluster-api/feature"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
@@ -28,7 +30,9 @@ import (
 // ControllerName identifies the manager in user agents.
 const ControllerName = "kairos-controlplane-manager"
 
-var schemeBuilder = runtime.NewSchemeBuilder(clientgoscheme.AddToScheme, clusterv1.AddToScheme, bootstrapv1.AddToScheme, controlplanev1.AddToScheme)
+// runtimev1: the ExtensionConfigs NewRuntimeClient's reconciler reads (with the InPlaceUpdates
+// gate on; registering the kinds costs nothing without it).
+var schemeBuilder = runtime.NewSchemeBuilder(clientgoscheme.AddToScheme, clusterv1.AddToScheme, runtimev1.AddToScheme, bootstrapv1.AddToScheme, controlplanev1.AddToScheme)
 
 // AddToScheme adds every API the provider reads to a scheme.
 var AddToScheme = schemeBuilder.AddToScheme
@@ -52,12 +56,14 @@ type Options struct {
 	Version string
 	// RuntimeClient calls Cluster API runtime extensions: with the InPlaceUpdates feature gate
 	// on, the control plane asks CanUpdateMachine whether an outdated Machine can be updated in
-	// place instead of replaced. nil: Machines are always replaced.
+	// place instead of replaced. nil: Machines are always replaced. The manager binary gets it
+	// from NewRuntimeClient; the test harness passes the client its Cluster API core feeds.
 	RuntimeClient runtimeclient.Client
 }
 
 // Setup registers the provider's controller and webhooks with mgr.
 func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
+	logInPlaceUpdates(ctx, o.RuntimeClient)
 	c := o.Client
 	if c == nil {
 		c = mgr.GetClient()
@@ -91,4 +97,25 @@ func Setup(ctx context.Context, mgr ctrl.Manager, o Options) error {
 		return fmt.Errorf("setting up the in-place update extension: %w", err)
 	}
 	return nil
+}
+
+// logInPlaceUpdates says at start-up whether the control plane may update Machines in place, and
+// what else that needs, so that an operator who turned the gate on is not left wondering why
+// Machines are still replaced.
+func logInPlaceUpdates(ctx context.Context, rc runtimeclient.Client) {
+	log := ctrl.LoggerFrom(ctx).WithName("setup")
+	switch {
+	case !feature.Gates.Enabled(feature.InPlaceUpdates):
+		log.Info("In-place updates are disabled (the InPlaceUpdates feature gate is off): outdated control-plane Machines are replaced")
+	case rc == nil:
+		// KubeadmControlPlane refuses to start then. Only a caller of Setup that passes no
+		// client gets here (the manager binary always has one with the gate on), so the control
+		// plane keeps working as without the gate instead.
+		log.Info("The InPlaceUpdates feature gate is on but the manager has no runtime client: in-place updates are disabled, control-plane Machines are replaced")
+	default:
+		log.Info("In-place updates are enabled (InPlaceUpdates feature gate on, runtime client set). " +
+			"Cluster API core must run with the RuntimeSDK and InPlaceUpdates feature gates, and the Kairos extension must be registered " +
+			"with the ExtensionConfig of controlplane/config/extension (kubectl apply -k controlplane/config/extension); " +
+			"until Cluster API has discovered it, outdated control-plane Machines are replaced")
+	}
 }

@@ -51,3 +51,19 @@ func TestInPlaceExtensionConfig(t *testing.T) {
 	_, certManager := ec.GetAnnotations()[injectCAFrom]
 	assert.False(t, certManager, "cert-manager's CA injector does not handle ExtensionConfigs")
 }
+
+// The control-plane manager only reads ExtensionConfigs (controlplane/setup.NewRuntimeClient runs
+// Cluster API's ExtensionConfig reconciler read-only): Cluster API core discovers them and injects
+// their CA, and a second writer would fight it over their status.
+func TestControlPlaneReadsExtensionConfigsOnly(t *testing.T) {
+	p := controlPlaneProvider
+	b := p.components(t)
+	d, _ := managerDeployment(t, b.objs)
+	cluster, namespaced := rulesBoundTo(t, b.objs, d.Spec.Template.Spec.ServiceAccountName, p.namespace)
+	for _, res := range []string{"extensionconfigs", "extensionconfigs/status"} {
+		for _, verb := range []string{"create", "update", "patch", "delete"} {
+			assert.False(t, allows(cluster, "runtime.cluster.x-k8s.io", res, verb), "the manager may %s %s", verb, res)
+			assert.False(t, allows(namespaced, "runtime.cluster.x-k8s.io", res, verb), "the manager may %s %s", verb, res)
+		}
+	}
+}

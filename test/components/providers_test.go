@@ -128,6 +128,12 @@ var (
 			{"", "secrets", "create"},
 			{"", "secrets", "update"},
 			{"apiextensions.k8s.io", "customresourcedefinitions", "get"},
+			// With --feature-gates=InPlaceUpdates=true: the read-only ExtensionConfig reconciler
+			// and the runtime client's namespaceSelectors (controlplane/setup.NewRuntimeClient).
+			{"runtime.cluster.x-k8s.io", "extensionconfigs", "list"},
+			{"runtime.cluster.x-k8s.io", "extensionconfigs", "watch"},
+			{"", "namespaces", "list"},
+			{"", "namespaces", "watch"},
 		},
 	}
 	providers = []*provider{bootstrapProvider, controlPlaneProvider}

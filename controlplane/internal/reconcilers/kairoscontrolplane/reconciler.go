@@ -25,7 +25,6 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/controllers/clustercache"
 	runtimeclient "sigs.k8s.io/cluster-api/exp/runtime/client"
-	"sigs.k8s.io/cluster-api/feature"
 	"sigs.k8s.io/cluster-api/util"
 	"sigs.k8s.io/cluster-api/util/collections"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -137,11 +136,6 @@ func (r *Reconciler) SetupWithManager(ctx context.Context, mgr ctrl.Manager, opt
 	}
 	if r.HealthInterval <= 0 {
 		r.HealthInterval = defaultHealthInterval
-	}
-	if feature.Gates.Enabled(feature.InPlaceUpdates) && r.RuntimeClient == nil {
-		// KubeadmControlPlane refuses to start then; this manager runs without a runtime client
-		// until one is wired (see controlplane/main.go), so it says so and replaces Machines.
-		log.Info("The InPlaceUpdates feature gate is on but the manager has no runtime client: control-plane Machines are replaced, never updated in place")
 	}
 	return nil
 }
