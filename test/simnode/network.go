@@ -126,7 +126,8 @@ func (p *peerProxy) forward(c *tls.Conn) {
 	}
 	_ = c.SetDeadline(time.Time{})
 	from := c.ConnectionState().PeerCertificates[0].Subject.CommonName
-	if p.net.isCut(memberKey{ca: p.key.ca, name: from}) || p.net.isCut(p.key) {
+	cut := func() bool { return p.net.isCut(memberKey{ca: p.key.ca, name: from}) || p.net.isCut(p.key) }
+	if cut() {
 		_ = c.Close()
 		return
 	}
@@ -135,7 +136,17 @@ func (p *peerProxy) forward(c *tls.Conn) {
 		_ = c.Close()
 		return
 	}
+	// Checked again together with the registration that breakConns reads: a partition made
+	// while this connection was being set up (its handshake and dial take a while on a loaded
+	// machine) must not leave it open, or a member cut off would keep talking to its peers
+	// (TestEtcdMembersAreReal/k3s saw writes go on with two of three members partitioned).
 	p.mu.Lock()
+	if cut() {
+		p.mu.Unlock()
+		_ = c.Close()
+		_ = backend.Close()
+		return
+	}
 	p.conns[c], p.conns[backend] = from, from
 	p.mu.Unlock()
 	pipe(c, backend)
