@@ -492,3 +492,47 @@ func mustJSON(t *testing.T, v any) string {
 	}
 	return string(data)
 }
+
+// TestUpdateMachineOneUpgradeOfANodeAtATime: when the desired image changes while the
+// NodeOpUpgrade of the previous one still runs, no second one is created until it finished; a
+// failed one does not hold the next back (that is how a corrected spec resumes).
+func TestUpdateMachineOneUpgradeOfANodeAtATime(t *testing.T) {
+	e := newEnv(t, true, "v1.36.3+k3s1")
+	inProgress(t, e.update(t, oldImage))
+	items := e.upgrades(t)
+	e.setStatus(t, &items[0], "Running", "Running", "upgrading")
+
+	resp := e.update(t, newImage)
+	if inProgress(t, resp); !strings.Contains(resp.GetMessage(), items[0].GetName()) {
+		t.Errorf("message %q does not name the running NodeOpUpgrade %s", resp.GetMessage(), items[0].GetName())
+	}
+	if n := len(e.upgrades(t)); n != 1 {
+		t.Fatalf("%d NodeOpUpgrades while the first runs, want 1", n)
+	}
+
+	items = e.upgrades(t)
+	e.setStatus(t, &items[0], "Failed", "Failed", "ImageBroken: the image does not boot")
+	inProgress(t, e.update(t, newImage))
+	if n := len(e.upgrades(t)); n != 2 {
+		t.Fatalf("%d NodeOpUpgrades after the first failed, want 2", n)
+	}
+}
+
+func TestUpgradeFailure(t *testing.T) {
+	u := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{"image": newImage}}}
+	u.SetNamespace(NodeOpUpgradeNamespace)
+	u.SetName("m-1")
+	if _, failed := UpgradeFailure(u, "node-1"); failed {
+		t.Errorf("no status: failed")
+	}
+	u.Object["status"] = map[string]any{"phase": "Failed", "message": "Upgrade operation failed",
+		"nodeStatuses": map[string]any{"node-1": map[string]any{"phase": "Failed", "message": "ImageBroken: kernel panic"}}}
+	msg, failed := UpgradeFailure(u, "node-1")
+	if !failed || !strings.Contains(msg, `"ImageBroken: kernel panic"`) || !strings.Contains(msg, newImage) || !strings.Contains(msg, "default/m-1") {
+		t.Errorf("UpgradeFailure = %v, %q", failed, msg)
+	}
+	// Without the node's message, the operator's.
+	if msg, _ := UpgradeFailure(u, "node-2"); !strings.Contains(msg, "Upgrade operation failed") {
+		t.Errorf("UpgradeFailure for another node = %q", msg)
+	}
+}

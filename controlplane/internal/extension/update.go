@@ -170,6 +170,19 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 		failure(OperatorMissingMessage)
 		return
 	case apierrors.IsNotFound(err):
+		// One upgrade of a node at a time: the desired image can change while an earlier
+		// NodeOpUpgrade of the same Machine still runs (the control plane corrects a failed
+		// update, or a reply got lost); a second one would reboot the node under the first.
+		other, err := h.unfinishedUpgrade(ctx, remote, machine, name)
+		if err != nil {
+			log.Error(err, "Listing the NodeOpUpgrades of the Machine")
+			progress(fmt.Sprintf("waiting to list the NodeOpUpgrades of node %s in the workload cluster", nodeName))
+			return
+		}
+		if other != "" {
+			progress(fmt.Sprintf("waiting for %s to finish before upgrading node %s to %s: one upgrade of a node at a time", other, nodeName, image))
+			return
+		}
 		nou = newNodeOpUpgrade(name, machine, nodeName, image)
 		if err := remote.Create(ctx, nou); err != nil {
 			switch {
@@ -192,22 +205,11 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 		return
 	}
 
-	phase, _, _ := unstructured.NestedString(nou.Object, "status", "phase")
-	nodePhase, _, _ := unstructured.NestedString(nou.Object, "status", "nodeStatuses", nodeName, "phase")
-	nodeMessage, _, _ := unstructured.NestedString(nou.Object, "status", "nodeStatuses", nodeName, "message")
-	overallMessage, _, _ := unstructured.NestedString(nou.Object, "status", "message")
-	if phase == phaseFailed || nodePhase == phaseFailed {
-		reported := nodeMessage
-		if reported == "" {
-			reported = overallMessage
-		}
-		if reported == "" {
-			reported = "no message"
-		}
-		failure(fmt.Sprintf("the Kairos operator failed to upgrade node %s to %s (NodeOpUpgrade %s/%s): the node reported: %q",
-			nodeName, image, NodeOpUpgradeNamespace, name, reported))
+	if msg, failed := UpgradeFailure(nou, nodeName); failed {
+		failure(msg)
 		return
 	}
+	phase, _, _ := unstructured.NestedString(nou.Object, "status", "phase")
 	if phase != phaseCompleted {
 		if phase == "" {
 			phase = "not picked up by the operator yet"
@@ -236,6 +238,47 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
 	resp.SetMessage(fmt.Sprintf("node %s runs %s from %s", nodeName, running, image))
 	resp.SetRetryAfterSeconds(0)
+}
+
+// UpgradeFailure tells whether a NodeOpUpgrade of the extension failed for a node and, if so,
+// says so with what the node reported (its status message, or the operator's overall message when
+// the node has none). The control plane reads it too, to show the node's reason where users look:
+// Cluster API's Machine controller keeps a hook's failure message in its logs only.
+func UpgradeFailure(nou *unstructured.Unstructured, nodeName string) (string, bool) {
+	phase, _, _ := unstructured.NestedString(nou.Object, "status", "phase")
+	nodePhase, _, _ := unstructured.NestedString(nou.Object, "status", "nodeStatuses", nodeName, "phase")
+	if phase != phaseFailed && nodePhase != phaseFailed {
+		return "", false
+	}
+	reported, _, _ := unstructured.NestedString(nou.Object, "status", "nodeStatuses", nodeName, "message")
+	if reported == "" {
+		reported, _, _ = unstructured.NestedString(nou.Object, "status", "message")
+	}
+	if reported == "" {
+		reported = "no message"
+	}
+	image, _, _ := unstructured.NestedString(nou.Object, "spec", "image")
+	return fmt.Sprintf("the Kairos operator failed to upgrade node %s to %s (NodeOpUpgrade %s/%s): the node reported: %q",
+		nodeName, image, nou.GetNamespace(), nou.GetName(), reported), true
+}
+
+// unfinishedUpgrade names another NodeOpUpgrade of the Machine that is neither Completed nor
+// Failed ("" when there is none). The Machine is found by the annotation the extension sets.
+func (h *Handlers) unfinishedUpgrade(ctx context.Context, remote client.Client, machine *clusterv1.Machine, except string) (string, error) {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(NodeOpUpgradeGVK.GroupVersion().WithKind(NodeOpUpgradeGVK.Kind + "List"))
+	if err := remote.List(ctx, list, client.InNamespace(NodeOpUpgradeNamespace)); err != nil {
+		return "", fmt.Errorf("listing NodeOpUpgrades in %s: %w", NodeOpUpgradeNamespace, err)
+	}
+	for _, u := range list.Items {
+		if u.GetName() == except || u.GetAnnotations()[MachineAnnotation] != machine.Namespace+"/"+machine.Name {
+			continue
+		}
+		if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase != phaseCompleted && phase != phaseFailed {
+			return fmt.Sprintf("NodeOpUpgrade %s/%s (image %s)", u.GetNamespace(), u.GetName(), u.GetAnnotations()[ImageAnnotation]), nil
+		}
+	}
+	return "", nil
 }
 
 // isMissingResource tells whether err says the API server does not serve the resource (a
