@@ -236,6 +236,10 @@ func (r *Reconciler) setMachineConditions(ctx context.Context, s *scope, m *clus
 			if c := conditions.Get(m, clusterv1.MachineUpdatingCondition); c != nil && c.Status == metav1.ConditionTrue && c.Message != "" {
 				msg = "* " + c.Message
 			}
+			if _, ok := s.inPlaceFailures[m.Name]; ok {
+				// Cluster API's message says to read its logs: say what they would tell.
+				msg = "* " + capitalize(s.inPlaceFailureMessage(m))
+			}
 			cond = metav1.Condition{Type: clusterv1.MachineUpToDateCondition, Status: metav1.ConditionFalse,
 				Reason: clusterv1.MachineUpToDateUpdatingReason, Message: msg}
 		case !ok:

@@ -18,12 +18,25 @@ import (
 // preflightProblems lists what stops a scale step; removing is the Machine a scale-down or
 // rollout deletes (nil when adding one).
 func (s *scope) preflightProblems(removing *clusterv1.Machine) []string {
+	problems := s.problemsExcept(removing)
+	if removing != nil && s.etcd.known() {
+		if ok, why := s.quorumWithout(removing); !ok {
+			problems = append(problems, fmt.Sprintf("removing Machine %s would lose etcd quorum: %s", removing.Name, why))
+		}
+	}
+	problems = dedupe(problems)
+	slices.Sort(problems)
+	return problems
+}
+
+// problemsExcept are the checks of every Machine but skip (none when nil) and of etcd as a whole.
+func (s *scope) problemsExcept(skip *clusterv1.Machine) []string {
 	var problems []string
 	if d := s.deletingMachines(); d.Len() > 0 {
 		problems = append(problems, fmt.Sprintf("Machine(s) %s are being deleted", machineNames(d)))
 	}
 	for _, m := range s.activeMachines().SortedByCreationTimestamp() {
-		if removing != nil && m.Name == removing.Name {
+		if skip != nil && m.Name == skip.Name {
 			continue
 		}
 		if !m.Status.NodeRef.IsDefined() {
@@ -38,15 +51,7 @@ func (s *scope) preflightProblems(removing *clusterv1.Machine) []string {
 			problems = append(problems, fmt.Sprintf("Machine %s: %s", m.Name, c.Message))
 		}
 	}
-	problems = append(problems, s.etcdProblems()...)
-	if removing != nil && s.etcd.known() {
-		if ok, why := s.quorumWithout(removing); !ok {
-			problems = append(problems, fmt.Sprintf("removing Machine %s would lose etcd quorum: %s", removing.Name, why))
-		}
-	}
-	problems = dedupe(problems)
-	slices.Sort(problems)
-	return problems
+	return append(problems, s.etcdProblems()...)
 }
 
 // remediationScaleUpProblems is the relaxed check for the Machine that replaces a remediated

@@ -7,6 +7,7 @@ package kairoscontrolplane
 import (
 	"context"
 	"fmt"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -84,6 +85,9 @@ type Reconciler struct {
 	owned ownedSpecs
 	// bootstrapCRD remembers the installed KairosConfig CRD.
 	bootstrapCRD bootstrapProviderCache
+	// failureEvents remembers, by Machine uid, the failed in-place update last reported in an
+	// event, so that each reason is reported once.
+	failureEvents sync.Map
 
 	// Version is this control plane's release (vX.Y.Z), which the version-skew policy compares
 	// with the installed bootstrap provider's; empty or "dev" for builds from a source tree.
@@ -277,6 +281,7 @@ func (r *Reconciler) newScope(ctx context.Context, kcp *controlplanev1.KairosCon
 	}
 	if s.initialized() && machines.Len() > 0 && cluster.DeletionTimestamp.IsZero() && kcp.DeletionTimestamp.IsZero() {
 		s.etcd = r.observeEtcd(ctx, s)
+		r.observeInPlaceFailures(ctx, s)
 	}
 	health := r.ClusterCache.GetHealthCheckingState(ctx, s.clusterKey())
 	s.apiServed = !health.LastProbeSuccessTime.IsZero() && health.ConsecutiveFailures == 0

@@ -35,6 +35,10 @@ func (r *Reconciler) reconcileReplicas(ctx context.Context, s *scope) (ctrl.Resu
 		s.wait("waiting for Machine %s to initialize the control plane", machineNames(active))
 		return ctrl.Result{}, nil
 	case s.updatingMachines().Len() > 0:
+		// A failed update the changed spec corrects resumes with it.
+		if handled, res, err := r.correctFailedInPlaceUpdates(ctx, s); err != nil || handled {
+			return res, err
+		}
 		// One operation at a time: an in-place update takes a node down for a while, like a
 		// deletion. Cluster API's Machine controller removes the annotations when it is done,
 		// and that Machine change brings the control plane back here.

@@ -76,6 +76,9 @@ type scope struct {
 	// inPlaceMessage says which path the rollout took for the Machine it acted on, when in-place
 	// updates were considered: updated in place, or replaced and why.
 	inPlaceMessage string
+	// inPlaceFailures say, by Machine name, why the in-place updates Cluster API reported failed
+	// did (what the node reported; see observeInPlaceFailures).
+	inPlaceFailures map[string]string
 }
 
 // wait records what the control plane waits for and stops the remaining phases (the bootstrap

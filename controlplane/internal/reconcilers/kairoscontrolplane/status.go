@@ -118,7 +118,7 @@ func setRollingOutCondition(s *scope) {
 			}
 		}
 		for _, m := range updating.SortedByCreationTimestamp() {
-			msgs = append(msgs, fmt.Sprintf("Machine %s: %s", m.Name, inPlaceProgress(m)))
+			msgs = append(msgs, fmt.Sprintf("Machine %s: %s", m.Name, s.inPlaceProgress(m)))
 		}
 		if s.inPlaceMessage != "" {
 			msgs = append(msgs, s.inPlaceMessage)
@@ -131,7 +131,10 @@ func setRollingOutCondition(s *scope) {
 
 // inPlaceProgress says how far the in-place update of a Machine is: what Cluster API's Machine
 // controller reports in the Machine's Updating condition, once it took the Machine over.
-func inPlaceProgress(m *clusterv1.Machine) string {
+func (s *scope) inPlaceProgress(m *clusterv1.Machine) string {
+	if _, ok := s.inPlaceFailures[m.Name]; ok {
+		return s.inPlaceFailureMessage(m)
+	}
 	if c := conditions.Get(m, clusterv1.MachineUpdatingCondition); c != nil && c.Status == metav1.ConditionTrue && c.Message != "" {
 		return "updating in place: " + c.Message
 	}
