@@ -94,7 +94,8 @@ func TestScaleSubresource(t *testing.T) {
 		t.Fatalf("spec.replicas = %d after refused scale requests", *got.Spec.Replicas)
 	}
 
-	// A scale the spec forbids is refused by the scale webhook: maxSurge 0 needs 3 replicas.
+	// A scale the spec forbids is refused by the scale webhook: maxSurge 0 needs 3 replicas (or
+	// one, which can only change in place).
 	surge0 := getKCP()
 	zero := intstr.FromInt32(0)
 	surge0.Spec.Replicas = ptr.To[int32](3)
@@ -103,7 +104,7 @@ func TestScaleSubresource(t *testing.T) {
 		t.Fatal(err)
 	}
 	s = getScale()
-	s.Spec.Replicas = 1
+	s.Spec.Replicas = 2
 	err := c.SubResource("scale").Update(ctx, cp, client.WithSubResourceBody(s))
 	assertRejected(t, err, []string{"spec.rollout.strategy.rollingUpdate.maxSurge", "use maxSurge 1 or at least 3 replicas"})
 	// An even count is refused too: it tolerates no more failures than the odd one below.

@@ -295,8 +295,6 @@ func TestInvalidUpdates(t *testing.T) {
 			update: func(s *cpSpec) { s.Distribution = bootstrapv1.DistributionK0s }, want: []string{"spec.distribution", "cannot change from k3s to k0s"}},
 		{name: "invalid change", update: func(s *cpSpec) { s.KairosConfigSpec.Role = bootstrapv1.RoleWorker },
 			want: []string{"spec.kairosConfigSpec.role", "remove it"}},
-		{name: "scale to one with maxSurge 0", create: func(s *cpSpec) { s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(intstr.FromInt32(0)) },
-			update: func(s *cpSpec) { s.Replicas = ptr.To[int32](1) }, want: []string{"spec.rollout.strategy.rollingUpdate.maxSurge", "at least 3 replicas"}},
 		{name: "scale to an even number", update: func(s *cpSpec) { s.Replicas = ptr.To[int32](4) }, want: []string{"spec.replicas", "must be odd"}},
 		{name: "literal hostname", update: func(s *cpSpec) { s.KairosConfigSpec.Hostname = "cp" }, want: []string{"spec.kairosConfigSpec.hostname", "use hostnamePrefix"}},
 		// Accepted changes.
@@ -304,6 +302,9 @@ func TestInvalidUpdates(t *testing.T) {
 		{name: "minor upgrade", update: func(s *cpSpec) { s.Version = "v1.32.0" }},
 		{name: "minor upgrade with build", update: func(s *cpSpec) { s.Version = "v1.32.3+k0s.0" }},
 		{name: "scale up", update: func(s *cpSpec) { s.Replicas = ptr.To[int32](5) }},
+		// One replica without surge can only change in place (a warning says so: TestDefaultsAndWarnings).
+		{name: "scale to one with maxSurge 0", create: func(s *cpSpec) { s.Rollout.Strategy.RollingUpdate.MaxSurge = surge(intstr.FromInt32(0)) },
+			update: func(s *cpSpec) { s.Replicas = ptr.To[int32](1) }},
 		{name: "explicit default distribution", create: func(s *cpSpec) { s.Distribution = "" },
 			update: func(s *cpSpec) { s.Distribution = bootstrapv1.DistributionK0s }},
 		{name: "bootstrap spec change", update: func(s *cpSpec) { s.KairosConfigSpec.PreCommands = []string{"echo hi"} }},
