@@ -25,6 +25,7 @@ var scenarioSeconds = map[string]int{
 	"TestEtcdPartitionAndPowerOff":                 285,
 	"TestHAScaleUpAndDown":                         195,
 	"TestTwoUnhealthyMachinesRecover":              185,
+	"TestHAControlPlaneUpgradesInPlace":            120, // k0s only
 	"TestRemediation":                              165,
 	"TestVanishedVMIsReplaced":                     150,
 	"TestUnmatchedEtcdMemberBlocksRemovals":        135,
