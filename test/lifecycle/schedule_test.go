@@ -26,6 +26,7 @@ var scenarioSeconds = map[string]int{
 	"TestHAScaleUpAndDown":                         195,
 	"TestTwoUnhealthyMachinesRecover":              185,
 	"TestHAControlPlaneUpgradesInPlace":            120, // k0s only
+	"TestWorkersUpgradeInPlace":                    75,  // k3s only
 	"TestRemediation":                              165,
 	"TestVanishedVMIsReplaced":                     150,
 	"TestUnmatchedEtcdMemberBlocksRemovals":        135,
