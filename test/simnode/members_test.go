@@ -76,8 +76,28 @@ func TestEtcdMembersAreReal(t *testing.T) {
 				defer cancel()
 				return c.AdminClient().Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}})
 			}
+			// EtcdHealth asks each member itself: all three healthy voters, then the killed one
+			// not (the scenarios count healthy voters with it).
+			healthy := func() (n int, states []string) {
+				for _, h := range c.EtcdHealth(w.ctx, 2*time.Second) {
+					if h.Healthy && !h.IsLearner {
+						n++
+					}
+					states = append(states, fmt.Sprintf("%+v", h))
+				}
+				return n, states
+			}
+			framework.Eventually(t, 30*time.Second, func() error {
+				if n, states := healthy(); n != 3 {
+					return fmt.Errorf("%d healthy voters, want 3: %v", n, states)
+				}
+				return nil
+			})
 			if err := nodes[2].KillEtcd(); err != nil {
 				t.Fatal(err)
+			}
+			if n, states := healthy(); n != 2 {
+				t.Errorf("%d healthy voters with one member killed, want 2: %v", n, states)
 			}
 			framework.Eventually(t, 30*time.Second, func() error { return write("one-down") })
 			if err := nodes[1].KillEtcd(); err != nil {
