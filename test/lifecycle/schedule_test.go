@@ -34,6 +34,7 @@ var scenarioSeconds = map[string]int{
 	"TestAPIServerPortBehindLoadBalancer":          125,
 	"TestMachinePoolAddsNodeAfterJoinTokenExpired": 110,
 	"TestPauseAndResume":                           105,
+	"TestSingleNodeUpgradesInPlace":                90,
 }
 
 // expectedSeconds is how long the scenario named name (a test or one distribution's subtest) is
