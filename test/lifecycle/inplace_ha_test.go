@@ -240,22 +240,34 @@ type updatingAtOnceWatch struct {
 	most   int
 	mostAt string
 	seen   map[string]bool
+	// reported are the Machines seen with Updating=True, the condition users read.
+	reported map[string]bool
 }
 
 func (c *cpCluster) watchUpdatingAtOnce() *updatingAtOnceWatch {
 	c.t.Helper()
-	w := &updatingAtOnceWatch{seen: map[string]bool{}}
+	w := &updatingAtOnceWatch{seen: map[string]bool{}, reported: map[string]bool{}}
 	err := c.h.Observe(c.ctx, &clusterv1.Machine{}, func(objects []client.Object) {
-		var now []string
+		var now, reported []string
 		for _, o := range objects {
-			if m := o.(*clusterv1.Machine); c.isControlPlaneMachine(m) && machineUpdating(m) {
+			m := o.(*clusterv1.Machine)
+			if !c.isControlPlaneMachine(m) {
+				continue
+			}
+			if machineUpdating(m) {
 				now = append(now, m.Name)
+			}
+			if conditions.IsTrue(m, clusterv1.MachineUpdatingCondition) {
+				reported = append(reported, m.Name)
 			}
 		}
 		w.mu.Lock()
 		defer w.mu.Unlock()
 		for _, n := range now {
 			w.seen[n] = true
+		}
+		for _, n := range reported {
+			w.reported[n] = true
 		}
 		if len(now) > w.most {
 			w.most, w.mostAt = len(now), strings.Join(now, ", ")
@@ -279,6 +291,13 @@ func (w *updatingAtOnceWatch) peak() (int, string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.most, w.mostAt
+}
+
+// reportedUpdating tells whether Machine name was seen with Updating=True.
+func (w *updatingAtOnceWatch) reportedUpdating(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.reported[name]
 }
 
 func (w *updatingAtOnceWatch) seenMachines() []string {

@@ -3,7 +3,6 @@ package lifecycle
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -66,7 +65,7 @@ func TestSingleNodeUpgradesInPlace(t *testing.T) {
 			members := sim.EtcdMembers()
 
 			w := c.watchMachineCount()
-			updating := c.watchUpdating()
+			updating := c.watchUpdatingAtOnce()
 			start := time.Now()
 			c.update(func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.Version = inPlaceVersion
@@ -80,7 +79,7 @@ func TestSingleNodeUpgradesInPlace(t *testing.T) {
 				t.Errorf("Machines were replaced: %s (uid %s) before, %s (uid %s) after, up to %d and down to %d active; at the peak: %s",
 					before.Name, before.UID, after.Name, after.UID, most, fewest, w.peakMachines())
 			}
-			if !updating.seenMachine(after.Name) {
+			if !updating.reportedUpdating(after.Name) {
 				t.Errorf("Machine %s never reported %s=True", after.Name, clusterv1.MachineUpdatingCondition)
 			}
 			if !conditions.IsTrue(&after, clusterv1.MachineUpToDateCondition) || conditions.IsTrue(&after, clusterv1.MachineUpdatingCondition) {
@@ -235,34 +234,4 @@ func brokenUpdateFallsBackAndCorrectionResumes(t *testing.T, c *cpCluster, dist 
 	// image (asserted above, before the correction) and after the corrected update.
 	c.waitCondition(controlplanev1.AvailableCondition, metav1.ConditionTrue, "", waitScale)
 	t.Logf("Available was not True %d times during (d), while the node rebooted: %v", len(notAvailable), notAvailable)
-}
-
-// updatingWatch records the Machines seen with Updating=True.
-type updatingWatch struct {
-	mu   sync.Mutex
-	seen map[string]bool
-}
-
-func (c *cpCluster) watchUpdating() *updatingWatch {
-	c.t.Helper()
-	w := &updatingWatch{seen: map[string]bool{}}
-	err := c.h.Observe(c.ctx, &clusterv1.Machine{}, func(objects []client.Object) {
-		w.mu.Lock()
-		defer w.mu.Unlock()
-		for _, o := range objects {
-			if m := o.(*clusterv1.Machine); c.isControlPlaneMachine(m) && conditions.IsTrue(m, clusterv1.MachineUpdatingCondition) {
-				w.seen[m.Name] = true
-			}
-		}
-	})
-	if err != nil {
-		c.t.Fatal(fmt.Errorf("watching Machines: %w", err))
-	}
-	return w
-}
-
-func (w *updatingWatch) seenMachine(name string) bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.seen[name]
 }

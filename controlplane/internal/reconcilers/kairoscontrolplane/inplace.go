@@ -242,7 +242,12 @@ func (s *scope) inPlaceIneligible(m *clusterv1.Machine) string {
 // single-member etcd cannot: a one-replica control plane is down during the update, as during
 // any reboot of its node, which is the price of one replica and no spare machine.
 func (s *scope) inPlaceProblems(m *clusterv1.Machine) []string {
-	problems := s.preflightProblems(nil)
+	return s.withRebootProblems(m, s.preflightProblems(nil))
+}
+
+// withRebootProblems adds to problems what m's node going down for its update would break (etcd
+// quorum while its member reboots), sorted and without repeats.
+func (s *scope) withRebootProblems(m *clusterv1.Machine, problems []string) []string {
 	if s.etcd.known() && len(s.etcd.members) > 1 {
 		if ok, why := s.quorumWithout(m); !ok {
 			problems = append(problems, fmt.Sprintf("updating Machine %s in place takes its etcd member down while the node reboots, which would lose etcd quorum: %s", m.Name, why))

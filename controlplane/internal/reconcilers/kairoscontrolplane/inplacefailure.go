@@ -26,7 +26,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
@@ -165,15 +164,7 @@ func (r *Reconciler) correctFailedInPlaceUpdates(ctx context.Context, s *scope) 
 		// The update takes the node down again: the other Machines must be fine, and etcd keep
 		// quorum without this member. The Machine itself is not checked: its failed update is
 		// what is being repaired.
-		problems := s.problemsExcept(m)
-		if s.etcd.known() && len(s.etcd.members) > 1 {
-			if ok, why := s.quorumWithout(m); !ok {
-				problems = append(problems, fmt.Sprintf("updating Machine %s in place takes its etcd member down while the node reboots, which would lose etcd quorum: %s", m.Name, why))
-			}
-		}
-		if len(problems) > 0 {
-			problems = dedupe(problems)
-			slices.Sort(problems)
+		if problems := s.withRebootProblems(m, s.problemsExcept(m)); len(problems) > 0 {
 			r.preflightFailed(ctx, s, problems)
 			return true, ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 		}
