@@ -38,9 +38,9 @@ import (
 //   - clients: k3s listens on the node's loopback and address, port 2379 (k3s pkg/etcd/etcd.go,
 //     listenClientURLs); k0s on 127.0.0.1:2379 only, unless the ClusterConfig's
 //     storage.etcd.extraArgs override listen-client-urls (k0s pkg/component/controller/etcd.go
-//     applies extraArgs over its own). A node's loopback is its own, so the simulation gives
-//     each node's "127.0.0.1:2379" a port of its own on 127.0.0.1, which nothing outside the
-//     node uses but the cluster's API server;
+//     applies extraArgs over its own). A node's loopback is its own, so the simulation serves
+//     each node's "127.0.0.1:2379" at <node address>:12379, which nothing outside the node
+//     uses but the cluster's API server;
 //   - certificates are signed by the etcd CA the node was given (k0s etcd/ca.*, k3s
 //     etcd/server-ca.* and peer-ca.*), client certificates are required on both ports;
 //   - a joining server is added with a real member add through a member that answers (k0s'
@@ -55,6 +55,14 @@ import (
 const (
 	etcdPeerPort   = 2380
 	etcdClientPort = 2379
+	// The node's private listeners: its "127.0.0.1:2379" and the member's own peer listener
+	// behind the peer proxy. They sit on the node's address at fixed ports below the kernel's
+	// ephemeral range, so that no outgoing connection can take them while the member is down.
+	// A port picked with :0 and bound again at each start could be taken, and the member then
+	// failed to bind it at every retry (the likeliest cause of a CI failure where a k0s member
+	// was added on scale-up but never started).
+	etcdLocalClientPort = 12379
+	etcdLocalPeerPort   = 12380
 )
 
 // etcdServer is the etcd member a simulated control-plane node runs.
@@ -92,19 +100,11 @@ func (e *etcdServer) running() bool {
 
 // newEtcdServer prepares a node's etcd member: certificates and data directory below its root.
 func newEtcdServer(n *Node, name string, ca pki.KeyPair, exposed bool) (*etcdServer, error) {
-	port, err := freePort()
-	if err != nil {
-		return nil, err
-	}
-	peerPort, err := freePort()
-	if err != nil {
-		return nil, err
-	}
 	e := &etcdServer{
 		node: n, name: name, ca: ca, ip: n.ip, exposed: exposed,
 		dir:       filepath.Join(n.root, "var", "lib", "sim-etcd"),
-		local:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
-		peerLocal: net.JoinHostPort("127.0.0.1", strconv.Itoa(peerPort)),
+		local:     net.JoinHostPort(n.ip, strconv.Itoa(etcdLocalClientPort)),
+		peerLocal: net.JoinHostPort(n.ip, strconv.Itoa(etcdLocalPeerPort)),
 	}
 	if err := os.MkdirAll(e.dir, 0o700); err != nil {
 		return nil, err
@@ -461,8 +461,12 @@ func (c *Cluster) joinEtcd(ctx context.Context, e *etcdServer) error {
 		return err
 	}
 	if existing := c.server(e.name); existing != nil {
-		// The node's own member already: a restart (a retried boot) keeps its data.
-		return existing.run()
+		// The node's own member already: a restart (a retried boot) keeps its data. Waited on as
+		// a first start is, so that a member that exits says why in the node's condition.
+		if err := existing.run(); err != nil {
+			return err
+		}
+		return existing.waitServing(ctx, 30*time.Second)
 	}
 	actx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	mathrand "math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -92,16 +94,19 @@ func (p *process) logTail(n int) string {
 	return strings.Join(lines, "\n")
 }
 
-// freePort returns a TCP port on 127.0.0.1 that nothing listens on right now.
+// freePort returns a TCP port on 127.0.0.1 that nothing listens on right now, below the kernel's
+// ephemeral range (32768 and up on Linux): a port that is bound later, or again after a restart,
+// cannot be taken meanwhile by the source port of some outgoing connection, which a port picked
+// with :0 can.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	for range 200 {
+		port := 10000 + mathrand.IntN(22000)
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			continue
+		}
+		_ = l.Close()
+		return port, nil
 	}
-	defer func() { _ = l.Close() }()
-	addr, ok := l.Addr().(*net.TCPAddr)
-	if !ok {
-		return 0, errors.New("not a TCP address")
-	}
-	return addr.Port, nil
+	return 0, errors.New("no free port on 127.0.0.1 between 10000 and 32000")
 }

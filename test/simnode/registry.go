@@ -206,7 +206,7 @@ func (r *Registry) nextIP() (string, error) {
 		r.ipSeq++
 		ip := fmt.Sprintf("%s.%d.%d", r.ipPrefix, r.ipSeq/250, r.ipSeq%250+1)
 		free := true
-		for _, port := range []int{etcdClientPort, etcdPeerPort} {
+		for _, port := range []int{etcdClientPort, etcdPeerPort, etcdLocalClientPort, etcdLocalPeerPort} {
 			l, err := net.Listen("tcp", net.JoinHostPort(ip, strconv.Itoa(port)))
 			if err != nil {
 				free = false
