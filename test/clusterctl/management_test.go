@@ -28,6 +28,7 @@ import (
 	"github.com/kairos-capi/kairos-capi/release/repo"
 	"github.com/kairos-capi/kairos-capi/test/clusterctlrepo"
 	"github.com/kairos-capi/kairos-capi/test/framework"
+	"github.com/kairos-capi/kairos-capi/test/harness"
 	infrav1 "github.com/kairos-capi/kairos-capi/test/infrastructure/api/v1beta2"
 )
 
@@ -51,6 +52,14 @@ func TestMain(m *testing.M) {
 	ctrl.SetLogger(l)
 	klog.SetLogger(l)
 	clusterctllog.SetLogger(l)
+	// TestControlPlaneManagerKilledDuringInPlaceUpdate runs Cluster API with its in-place
+	// update gates, which are process-global: on before any harness starts, so that every harness
+	// runs with a runtime client (harness.EnableInPlaceGates). The others register no extension,
+	// so their rollouts stay classic.
+	if err := harness.EnableInPlaceGates(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
 	code := m.Run()
 	for _, dir := range []string{reposDir, binDir} {
 		if dir != "" {

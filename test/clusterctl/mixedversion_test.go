@@ -114,13 +114,20 @@ type mixedManagement struct {
 // startMixed starts a management cluster with both providers at the given releases.
 func startMixed(t *testing.T, name, bootstrapVersion, controlPlaneVersion string) *mixedManagement {
 	t.Helper()
-	ctx := framework.Context(t)
 	m := startManagement(t, name)
 	o := m.initOptions(newVersion, true)
 	o.BootstrapProviders = []string{providerName + ":" + bootstrapVersion}
 	o.ControlPlaneProviders = []string{providerName + ":" + controlPlaneVersion}
 	m.init(t, o)
+	return m.runProviders(t, harness.Options{Env: m.Env, NoBootstrapProvider: true}, nil)
+}
 
+// runProviders runs, on a management cluster clusterctl initialised, a garbage collector,
+// Cluster API and the simulation infrastructure in this process (a harness with opts), and both
+// Kairos providers as processes of their installed release. beforeManagers, if not nil, runs
+// once the harness does and before the providers start.
+func (m *management) runProviders(t *testing.T, opts harness.Options, beforeManagers func(*mixedManagement)) *mixedManagement {
+	t.Helper()
 	// A real management cluster collects garbage: Machines' KairosConfigs and data go with them.
 	kcm, err := m.Env.StartControllerManager(t.TempDir())
 	if err != nil {
@@ -129,11 +136,14 @@ func startMixed(t *testing.T, name, bootstrapVersion, controlPlaneVersion string
 	t.Cleanup(func() { _ = kcm.Stop(10 * time.Second) })
 	// Cluster API's webhooks are served by the harness' manager in this process.
 	wh := m.Env.WebhookInstallOptions
-	if err := clusterctlrepo.PointWebhooks(ctx, m.Client, "cluster-api", wh.LocalServingPort, wh.LocalServingCAData, harness.ServesCAPIWebhook); err != nil {
+	if err := clusterctlrepo.PointWebhooks(framework.Context(t), m.Client, "cluster-api", wh.LocalServingPort, wh.LocalServingCAData, harness.ServesCAPIWebhook); err != nil {
 		t.Fatal(err)
 	}
 	x := &mixedManagement{management: m, owner: t, managers: map[string]*managerProcess{}}
-	x.h = harness.Start(t, harness.Options{Env: m.Env, NoBootstrapProvider: true})
+	x.h = harness.Start(t, opts)
+	if beforeManagers != nil {
+		beforeManagers(x)
+	}
 	for _, p := range []providerSpec{bootstrapProvider, controlPlaneProvider} {
 		x.managers[p.Name] = m.startManager(t, p)
 	}

@@ -2,11 +2,15 @@ package clusterctlrepo
 
 import (
 	"context"
+	"encoding/base64"
 	"fmt"
 	"net/url"
 	"strconv"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -15,7 +19,9 @@ import (
 // PointWebhooks points the webhooks of a provider's installed webhook configurations (selected
 // by its clusterctl label) at a local server on port that presents a certificate of caBundle:
 // what the webhook Service and cert-manager's CA injector do in a real cluster. Webhooks whose
-// path keep rejects are dropped (nobody would answer them); keep nil keeps all.
+// path keep rejects are dropped (nobody would answer them); keep nil keeps all. The provider's
+// runtime-extension registrations (ExtensionConfigs with its label) are pointed at the same
+// server, whose webhook server serves the runtime hooks.
 func PointWebhooks(ctx context.Context, c client.Client, label string, port int, caBundle []byte, keep func(path string) bool) error {
 	point := func(cc *admissionv1.WebhookClientConfig) (bool, error) {
 		var path string
@@ -66,6 +72,44 @@ func PointWebhooks(ctx context.Context, c client.Client, label string, port int,
 		}
 		if err := c.Update(ctx, w); err != nil {
 			return err
+		}
+	}
+	return pointExtensionConfigs(ctx, c, selector, "https://127.0.0.1:"+strconv.Itoa(port), caBundle)
+}
+
+// extensionConfigListGVK is Cluster API's runtime-extension registration list, read unstructured
+// so that callers need not know its types.
+var extensionConfigListGVK = schema.GroupVersionKind{Group: "runtime.cluster.x-k8s.io", Version: "v1beta2", Kind: "ExtensionConfigList"}
+
+// injectCAFromSecretAnnotation makes Cluster API copy a CA from a cert-manager Secret into an
+// ExtensionConfig (api/runtime/v1beta2 InjectCAFromSecretAnnotation); the local server's CA is
+// given directly instead.
+const injectCAFromSecretAnnotation = "runtime.cluster.x-k8s.io/inject-ca-from-secret"
+
+// pointExtensionConfigs points the selected ExtensionConfigs at url with caBundle, as the
+// webhook Service and Cluster API's CA injection do in a real cluster. Nothing to do when the
+// ExtensionConfig CRD is not installed.
+func pointExtensionConfigs(ctx context.Context, c client.Client, selector client.MatchingLabels, url string, caBundle []byte) error {
+	list := &unstructured.UnstructuredList{}
+	list.SetGroupVersionKind(extensionConfigListGVK)
+	if err := c.List(ctx, list, selector); err != nil {
+		if meta.IsNoMatchError(err) {
+			return nil
+		}
+		return fmt.Errorf("listing ExtensionConfigs: %w", err)
+	}
+	for i := range list.Items {
+		ec := &list.Items[i]
+		if err := unstructured.SetNestedMap(ec.Object, map[string]any{
+			"url": url, "caBundle": base64.StdEncoding.EncodeToString(caBundle),
+		}, "spec", "clientConfig"); err != nil {
+			return err
+		}
+		annotations := ec.GetAnnotations()
+		delete(annotations, injectCAFromSecretAnnotation)
+		ec.SetAnnotations(annotations)
+		if err := c.Update(ctx, ec); err != nil {
+			return fmt.Errorf("pointing ExtensionConfig %s at %s: %w", ec.GetName(), url, err)
 		}
 	}
 	return nil

@@ -150,6 +150,11 @@ type Options struct {
 	// same test binary runs with them, with a runtime client that knows no extension when it
 	// did not ask (so its rollouts stay classic).
 	InPlaceUpdates bool
+	// InPlaceExtensionElsewhere, with InPlaceUpdates, leaves the extension's registration to
+	// the test: a control-plane manager process serves it and the ExtensionConfig the provider
+	// ships registers it (the clusterctl tests). The harness then applies no ExtensionConfig of
+	// its own; Cluster API's ExtensionConfig reconciler still discovers whatever is registered.
+	InPlaceExtensionElsewhere bool
 }
 
 // Harness is a running management cluster with Cluster API, the bootstrap provider and the
@@ -211,7 +216,7 @@ func New(o Options) (*Harness, error) {
 	}
 
 	if o.InPlaceUpdates {
-		if err := enableInPlaceGates(); err != nil {
+		if err := EnableInPlaceGates(); err != nil {
 			return nil, err
 		}
 	}
@@ -243,7 +248,7 @@ func New(o Options) (*Harness, error) {
 		}
 		h.Registry = reg
 	}
-	if o.InPlaceUpdates {
+	if o.InPlaceUpdates && !o.InPlaceExtensionElsewhere {
 		if err := h.applyExtensionConfig(context.Background()); err != nil {
 			_ = h.Stop()
 			return nil, err

@@ -38,14 +38,18 @@ const (
 	ExtensionConfigName = "kairos-controlplane-inplace-update"
 )
 
-// enableInPlaceGates turns Cluster API's RuntimeSDK and InPlaceUpdates feature gates on.
+// EnableInPlaceGates turns Cluster API's RuntimeSDK and InPlaceUpdates feature gates on; a
+// harness with Options.InPlaceUpdates does it when it starts.
 //
 // The gates are process-global (feature.MutableGates) and never turned off again: every later
 // harness of the same test binary runs with them too. Those that did not ask for in-place
 // updates still behave as before: they get a runtime client that knows no extension (Cluster
 // API's Machine and MachineDeployment reconcilers refuse to start without one while the gate is
-// on), so every MachineDeployment rolls out as without the gate.
-func enableInPlaceGates() error {
+// on), so every MachineDeployment rolls out as without the gate. A harness started before the
+// gates were turned on has no runtime client at all, and Cluster API's reconcilers read the gate
+// at every reconciliation: a test binary whose harnesses run side by side and only some of
+// which ask for in-place updates calls this before any starts (its TestMain).
+func EnableInPlaceGates() error {
 	if err := feature.MutableGates.SetFromMap(map[string]bool{
 		string(feature.RuntimeSDK): true, string(feature.InPlaceUpdates): true,
 	}); err != nil {

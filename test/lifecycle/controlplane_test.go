@@ -475,6 +475,14 @@ func (c *cpCluster) scale(n int32) {
 // TestRollout: a version change replaces every control-plane Machine one at a time, first
 // with maxSurge 1 (never more than replicas+1 Machines) and then with maxSurge 0 (never more
 // than replicas).
+//
+// It also proves that in-place updates leave a rollout they cannot do alone (issue 20, f). The
+// suite runs Cluster API with the InPlaceUpdates gate on, so the first rollout, in a namespace
+// the Kairos update extension does not serve, is the classic rollout of a control plane without
+// the extension (which tryInPlaceUpdate treats exactly as one without the gate). Before the
+// second, the namespace opts in, and the change names a new infrastructure template (a new VM
+// image shipping the next version): the extension refuses infrastructure changes, so every
+// Machine is still replaced, and RollingOut says why it was not updated in place.
 func TestRollout(t *testing.T) {
 	t.Parallel()
 	for _, dist := range distributions {
@@ -502,18 +510,55 @@ func TestRollout(t *testing.T) {
 			assertReplaced(t, before, after)
 
 			const next = "v1.37.0"
+			if err := c.h.OptIntoInPlaceUpdates(c.ctx, c.key.Namespace); err != nil {
+				t.Fatal(err)
+			}
+			installed := next + "+k0s.0"
+			if dist == bootstrapv1.DistributionK3s {
+				installed = next + "+k3s1"
+			}
+			image := &infrav1.KairosSimMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: c.key.Namespace, Name: c.key.Name + "-cp-next"},
+				Spec: infrav1.KairosSimMachineTemplateSpec{Template: infrav1.KairosSimMachineTemplateResource{Spec: infrav1.KairosSimMachineSpec{InstalledVersion: installed}}}}
+			if err := c.h.Client.Create(c.ctx, image); err != nil {
+				t.Fatal(err)
+			}
 			w = c.watchMachineCount()
+			notInPlace := c.watchCondition(controlplanev1.RollingOutCondition, func(cond *metav1.Condition) bool {
+				return cond != nil && strings.Contains(cond.Message, "not updating it in place")
+			})
 			c.update(func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.Version = next
+				s.MachineTemplate.Spec.InfrastructureRef.Name = image.Name
 				s.Rollout.Strategy.RollingUpdate.MaxSurge = ptr.To(intstr.FromInt32(0))
 			})
 			final := c.waitSettled(3, next, 2*waitScale)
 			most, fewest = w.result()
-			t.Logf("rolled out to %s with maxSurge 0 after %s (at most %d Machines, at least %d active)", next, time.Since(start).Round(time.Second), most, fewest)
+			t.Logf("rolled out to %s and a new infrastructure template with maxSurge 0 after %s (at most %d Machines, at least %d active)", next, time.Since(start).Round(time.Second), most, fewest)
 			if most > 3 || fewest < 2 {
 				t.Errorf("maxSurge 0 rollout had up to %d Machines and down to %d active, want 3 and 2; at the peak: %s", most, fewest, w.peakMachines())
 			}
 			assertReplaced(t, after, final)
+			// Each of the three Machines was refused by the extension for its infrastructure.
+			said := map[string]bool{}
+			for _, st := range notInPlace.result() {
+				for _, m := range after {
+					if strings.Contains(st, "replacing Machine "+m.Name+", not updating it in place: ") && strings.Contains(st, "infrastructure changes need a new Machine") {
+						said[m.Name] = true
+					}
+				}
+			}
+			if len(said) != len(after) {
+				t.Errorf("RollingOut said why the Machines were not updated in place for %d of %d (%v)", len(said), len(after), said)
+			}
+			for _, m := range final {
+				sm := &infrav1.KairosSimMachine{}
+				if err := c.h.Client.Get(c.ctx, client.ObjectKey{Namespace: m.Namespace, Name: m.Spec.InfrastructureRef.Name}, sm); err != nil {
+					t.Fatal(err)
+				}
+				if from := sm.Annotations[clusterv1.TemplateClonedFromNameAnnotation]; from != image.Name {
+					t.Errorf("the infrastructure machine of %s was cloned from %q, want %s", m.Name, from, image.Name)
+				}
+			}
 		})
 	}
 }

@@ -27,22 +27,23 @@ import (
 // workload API server fails when etcd loses quorum. What the control plane may and may not do
 // is decided by etcd itself, not by what the test tells it.
 
-// availabilityWatch records every Available status the control plane reports while it runs.
-type availabilityWatch struct {
+// conditionWatch records states of one of the control plane's conditions while it runs.
+type conditionWatch struct {
 	mu      sync.Mutex
-	notTrue []string
+	seen    []string
 	stop    context.CancelFunc
 	stopped bool
 	// lastSeen is the resourceVersion last looked at (Observe calls come one at a time).
 	lastSeen string
 }
 
-// watchAvailable records every state of the KairosControlPlane's Available condition that is not
-// true, until result is called.
-func (c *cpCluster) watchAvailable() *availabilityWatch {
+// watchCondition records every state of the KairosControlPlane's condition typ for which keep
+// is true (cond is nil while the condition is not set), until result is called: a state that
+// lasts a single reconciliation is seen, which polling could miss.
+func (c *cpCluster) watchCondition(typ string, keep func(cond *metav1.Condition) bool) *conditionWatch {
 	c.t.Helper()
 	ctx, cancel := context.WithCancel(c.ctx)
-	w := &availabilityWatch{stop: cancel}
+	w := &conditionWatch{stop: cancel}
 	err := c.h.Observe(ctx, &controlplanev1.KairosControlPlane{}, func(objects []client.Object) {
 		for _, o := range objects {
 			// Every event of any KairosControlPlane calls this: record each version once.
@@ -50,10 +51,10 @@ func (c *cpCluster) watchAvailable() *availabilityWatch {
 				continue
 			}
 			w.lastSeen = o.GetResourceVersion()
-			if cond := conditions.Get(o.(*controlplanev1.KairosControlPlane), controlplanev1.AvailableCondition); cond == nil || cond.Status != metav1.ConditionTrue {
+			if cond := conditions.Get(o.(*controlplanev1.KairosControlPlane), typ); keep(cond) {
 				w.mu.Lock()
 				if !w.stopped {
-					w.notTrue = append(w.notTrue, fmt.Sprintf("%+v", cond))
+					w.seen = append(w.seen, fmt.Sprintf("%+v", cond))
 				}
 				w.mu.Unlock()
 			}
@@ -65,12 +66,21 @@ func (c *cpCluster) watchAvailable() *availabilityWatch {
 	return w
 }
 
-func (w *availabilityWatch) result() []string {
+// watchAvailable records every state of the control plane's Available condition that is not
+// true.
+func (c *cpCluster) watchAvailable() *conditionWatch {
+	return c.watchCondition(controlplanev1.AvailableCondition, func(cond *metav1.Condition) bool {
+		return cond == nil || cond.Status != metav1.ConditionTrue
+	})
+}
+
+// result stops the watch and returns the states it recorded.
+func (w *conditionWatch) result() []string {
 	w.stop()
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.stopped = true
-	return w.notTrue
+	return w.seen
 }
 
 // nodeOf returns the simulated node of a control-plane Machine.

@@ -17,7 +17,6 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
-	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	"github.com/kairos-capi/kairos-capi/test/simnode"
@@ -30,17 +29,12 @@ import (
 // the next Machine's update does not start, and the KairosControlPlane says why; it resumes once
 // the member is back.
 //
-// k0s only. The two distributions differ in how a member joins etcd (k0s adds a voting member,
-// k3s a learner it promotes later), and an in-place update joins nothing: the node reboots into
-// its new image and its etcd starts again on its data directory as the same member (the
-// simulation's joinEtcd, like both distributions, restarts an existing member instead of adding
-// one). The test checks that this holds (same member IDs, no learner ever seen), so a difference
-// between the distributions here would fail it rather than go unnoticed. What differs between
-// k0s and k3s in an in-place update itself (the image, the node's service) is covered for both
-// by TestSingleNodeUpgradesInPlace.
+// Both distributions: k0s adds a voting member and k3s a learner it promotes later, and an
+// in-place update must add neither: the node reboots into its new image and its etcd starts
+// again on its data directory as the same member (same member IDs, no learner ever seen).
 func TestHAControlPlaneUpgradesInPlace(t *testing.T) {
 	t.Parallel()
-	for _, dist := range []bootstrapv1.Distribution{bootstrapv1.DistributionK0s} {
+	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			parallel(t)
 			start := time.Now()

@@ -35,13 +35,12 @@ import (
 // than the control plane, not newer (Cluster API's MachineSet preflight checks and Kubernetes'
 // skew policy), and upgrading the control plane first is TestSingleNodeUpgradesInPlace's job.
 //
-// k3s only: the update goes through the same extension, operator and reboot as a server's, which
-// TestSingleNodeUpgradesInPlace runs for both distributions; what is the workers' own, a k3s
-// agent coming back after the reboot under the same Node name (its node password stays on the
-// node), is k3s' stricter case, and TestHAControlPlaneUpgradesInPlace runs k0s.
+// Both distributions: each brings a worker back after its reboot as the same Node its own way
+// (a k3s agent with the node password that stays on the node, a k0s worker with the kubelet
+// credentials under its data directory), and neither may come back as a new node.
 func TestWorkersUpgradeInPlace(t *testing.T) {
 	t.Parallel()
-	for _, dist := range []bootstrapv1.Distribution{bootstrapv1.DistributionK3s} {
+	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			parallel(t)
 			start := time.Now()

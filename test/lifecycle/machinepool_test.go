@@ -271,7 +271,8 @@ func waitPoolNodes(t *testing.T, ctx context.Context, hp *harness.Harness, tc *h
 			return fmt.Errorf("MachinePool providerIDList %v, KairosSimMachinePool's %v", mp.Spec.ProviderIDList, infra.Spec.ProviderIDList)
 		}
 		if len(mp.Status.NodeRefs) != n || mp.Status.Phase != string(clusterv1.MachinePoolPhaseRunning) {
-			return fmt.Errorf("MachinePool is %s with %d nodeRefs, want Running with %d", mp.Status.Phase, len(mp.Status.NodeRefs), n)
+			return fmt.Errorf("MachinePool is %s with %d nodeRefs, want Running with %d; its machines: %s", mp.Status.Phase, len(mp.Status.NodeRefs), n,
+				describePoolMachines(ctx, hp, wl, mp.Spec.ProviderIDList))
 		}
 		refs := map[string]types.UID{}
 		for _, r := range mp.Status.NodeRefs {
@@ -305,6 +306,31 @@ func waitPoolNodes(t *testing.T, ctx context.Context, hp *harness.Harness, tc *h
 		return nil
 	})
 	return out
+}
+
+// describePoolMachines says, for a failure message, what each of a pool's machines is doing and
+// which Node, if any, carries its provider ID.
+func describePoolMachines(ctx context.Context, hp *harness.Harness, wl client.Client, providerIDs []string) string {
+	nodes := &corev1.NodeList{}
+	if err := wl.List(ctx, nodes); err != nil {
+		return fmt.Sprintf("listing the workload cluster's Nodes: %v", err)
+	}
+	var out []string
+	for _, id := range providerIDs {
+		desc := id + ": no simulated machine"
+		if sim := hp.Registry.Node(id); sim != nil {
+			st := sim.Status()
+			desc = fmt.Sprintf("%s: %s %s %q, hostname %q", id, st.Phase, st.Reason, st.Message, st.NodeName)
+		}
+		node := "no Node has this provider ID"
+		for _, n := range nodes.Items {
+			if n.Spec.ProviderID == id {
+				node = "Node " + n.Name
+			}
+		}
+		out = append(out, desc+", "+node)
+	}
+	return strings.Join(out, "; ")
 }
 
 // probeNodeRefused boots a machine from data outside the pool and checks that the workload API

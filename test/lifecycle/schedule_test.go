@@ -25,8 +25,8 @@ var scenarioSeconds = map[string]int{
 	"TestEtcdPartitionAndPowerOff":                 285,
 	"TestHAScaleUpAndDown":                         195,
 	"TestTwoUnhealthyMachinesRecover":              185,
-	"TestHAControlPlaneUpgradesInPlace":            120, // k0s only
-	"TestWorkersUpgradeInPlace":                    75,  // k3s only
+	"TestHAControlPlaneUpgradesInPlace":            165,
+	"TestWorkersUpgradeInPlace":                    110,
 	"TestRemediation":                              165,
 	"TestVanishedVMIsReplaced":                     150,
 	"TestUnmatchedEtcdMemberBlocksRemovals":        135,

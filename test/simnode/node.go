@@ -167,6 +167,8 @@ type Node struct {
 	upgrading sync.Mutex
 	// imageReboots counts the reboots of the document's image step.
 	imageReboots atomic.Int32
+	// upgrades counts the upgrades of the active system the node ran (Upgrade).
+	upgrades atomic.Int32
 	// dataVersion is the distribution version that last ran on the node (its data directory's),
 	// what the version skew policy compares a new image with.
 	dataVersion string

@@ -192,12 +192,17 @@ func (n *Node) Upgrade(ctx context.Context, ref string) error {
 	if err := n.checkRunning(); err != nil {
 		return err
 	}
+	n.upgrades.Add(1)
 	n.mu.Lock()
 	n.images.passive, n.images.active = n.images.running, ref
 	n.mu.Unlock()
 	n.afterUpgrade()
 	return n.reboot(ctx)
 }
+
+// Upgrades counts the upgrades of the active system the node ran: each wrote an image and
+// rebooted the node.
+func (n *Node) Upgrades() int { return int(n.upgrades.Load()) }
 
 // UpgradeRecovery writes the image to the node's recovery partition (`kairos-agent upgrade
 // --recovery`): the running system is untouched and nothing reboots.
