@@ -158,9 +158,13 @@ func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
 			machines := c.waitSettled(3, oldVersion, waitScale)
 			// k3s joins servers as learners: etcd keeps quorum throughout. k0s adds a joining
 			// controller as a voting member, so etcd has no quorum between the add and the new
-			// member's start (seconds): the only time Available may say false, and it says why.
+			// member's start (seconds): the only time Available may say false, and it says that
+			// etcd has no quorum. It names the joining member when it reads the member list
+			// without quorum before the member has started; a read a moment later, or one that
+			// a loaded machine does not answer within the call timeout, finds no quorum without
+			// a member to name (seen once in a full run: both members' quorum reads timed out).
 			for _, cond := range avail.result() {
-				if dist == bootstrapv1.DistributionK3s || !strings.Contains(cond, "etcd has no quorum while the member at") {
+				if dist == bootstrapv1.DistributionK3s || !strings.Contains(cond, "etcd has no quorum") {
 					t.Errorf("Available was not true during 1 -> 3: %s", cond)
 					break
 				}
