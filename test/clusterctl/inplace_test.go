@@ -1,15 +1,18 @@
 package clusterctl
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
@@ -20,6 +23,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	runtimev1 "sigs.k8s.io/cluster-api/api/runtime/v1beta2"
 	clusterctlclient "sigs.k8s.io/cluster-api/cmd/clusterctl/client"
+	clusterctlconfig "sigs.k8s.io/cluster-api/cmd/clusterctl/client/config"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/render"
@@ -188,18 +192,33 @@ func startInPlace(t *testing.T) *mixedManagement {
 	t.Helper()
 	ctx := framework.Context(t)
 	m := startManagement(t, "in-place")
-	config, err := os.ReadFile(m.Repos.ConfigFile)
+	// The test repositories' configuration with EXP_IN_PLACE_UPDATES=true, read by a reader of
+	// this client's own: clusterctl's keeps what it reads in viper's process-global instance, so
+	// the other tests' clients, created side by side, would read this variable (and this one
+	// theirs).
+	reader := &configFileReader{extra: map[string]string{"EXP_IN_PLACE_UPDATES": "true"}}
+	// clusterctl initialises only the reader it creates itself.
+	if err := reader.Init(ctx, m.Repos.ConfigFile); err != nil {
+		t.Fatal(err)
+	}
+	config, err := clusterctlconfig.New(ctx, m.Repos.ConfigFile, clusterctlconfig.InjectReader(reader))
 	if err != nil {
 		t.Fatal(err)
 	}
-	configFile := filepath.Join(m.dir, "clusterctl.yaml")
-	if err := os.WriteFile(configFile, append(config, "EXP_IN_PLACE_UPDATES: \"true\"\n"...), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if m.Clusterctl, err = clusterctlclient.New(ctx, configFile); err != nil {
+	if m.Clusterctl, err = clusterctlclient.New(ctx, m.Repos.ConfigFile, clusterctlclient.InjectConfig(config)); err != nil {
 		t.Fatal(err)
 	}
 	m.init(t, m.initOptions(newVersion, true))
+	deployments := &appsv1.DeploymentList{}
+	if err := m.Client.List(ctx, deployments, client.InNamespace(controlPlaneProvider.Namespace),
+		client.MatchingLabels{clusterv1.ProviderNameLabel: controlPlaneProvider.Label}); err != nil {
+		t.Fatal(err)
+	}
+	if len(deployments.Items) != 1 || !slices.ContainsFunc(managerContainer(&deployments.Items[0]).Args, func(a string) bool {
+		return strings.HasPrefix(a, "--feature-gates=") && strings.Contains(a, "InPlaceUpdates=true")
+	}) {
+		t.Fatalf("clusterctl init did not turn the control-plane manager's InPlaceUpdates gate on: %+v", deployments.Items)
+	}
 
 	// The registration as the provider ships it, applied once Cluster API runs (its
 	// ExtensionConfig reconciler would otherwise fail its warm-up on an extension nobody serves
@@ -293,4 +312,50 @@ func (x *mixedManagement) killAndRestart(t *testing.T, when string) {
 	t.Logf("control-plane manager killed %s", when)
 	cp.stop(t) // reaps the process; a SIGKILL is how it was meant to end
 	x.managers[controlPlaneProvider.Name] = x.startManagerUntil(t, x.owner, controlPlaneProvider)
+}
+
+// configFileReader is a clusterctl configuration reader (clusterctlconfig.Reader) of one file
+// plus extra variables, whose values belong to the client it was injected into.
+type configFileReader struct {
+	values map[string]any
+	extra  map[string]string
+}
+
+func (r *configFileReader) Init(_ context.Context, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	return yaml.Unmarshal(data, &r.values)
+}
+
+// Get returns a variable: a string as it is, anything else (providers, cert-manager) as YAML,
+// as clusterctl's own reader does.
+func (r *configFileReader) Get(key string) (string, error) {
+	if v, ok := r.extra[key]; ok {
+		return v, nil
+	}
+	v, ok := r.values[key]
+	if !ok {
+		return "", fmt.Errorf("value for variable %q is not set", key)
+	}
+	if s, ok := v.(string); ok {
+		return s, nil
+	}
+	data, err := yaml.Marshal(v)
+	return string(data), err
+}
+
+func (r *configFileReader) Set(key, value string) { r.extra[key] = value }
+
+func (r *configFileReader) UnmarshalKey(key string, rawval any) error {
+	v, ok := r.values[key]
+	if !ok {
+		return nil // as clusterctl's reader: a missing key leaves rawval alone
+	}
+	data, err := yaml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return yaml.Unmarshal(data, rawval)
 }
