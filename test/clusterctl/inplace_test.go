@@ -13,7 +13,6 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
@@ -25,12 +24,10 @@ import (
 	clusterctlclient "sigs.k8s.io/cluster-api/cmd/clusterctl/client"
 	clusterctlconfig "sigs.k8s.io/cluster-api/cmd/clusterctl/client/config"
 
-	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/render"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	"github.com/kairos-capi/kairos-capi/test/harness"
-	infrav1 "github.com/kairos-capi/kairos-capi/test/infrastructure/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/test/simnode"
 )
 
@@ -258,38 +255,10 @@ func startInPlace(t *testing.T) *mixedManagement {
 // the Kairos image of its version, that may not surge: the shape of a site's single device.
 func (x *mixedManagement) createSingleNodeCluster(t *testing.T) {
 	t.Helper()
-	ctx := framework.Context(t)
-	x.ns = x.h.NewNamespace(t)
-	const name = "single"
-	var err error
-	x.cluster, err = x.h.CreateCluster(ctx, x.ns, name, harness.ClusterOptions{ControlPlaneRef: &clusterv1.ContractVersionedObjectReference{
-		APIGroup: controlplanev1.GroupVersion.Group, Kind: "KairosControlPlane", Name: name,
-	}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &infrav1.KairosSimMachineTemplate{ObjectMeta: metav1.ObjectMeta{Namespace: x.ns, Name: name + "-cp"}}
-	if err := x.Client.Create(ctx, tmpl); err != nil {
-		t.Fatal(err)
-	}
-	x.kcp = &controlplanev1.KairosControlPlane{
-		ObjectMeta: metav1.ObjectMeta{Namespace: x.ns, Name: name, Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
-		Spec: controlplanev1.KairosControlPlaneSpec{
-			Replicas:     ptr.To[int32](1),
-			Version:      kubernetesVersionSim,
-			Distribution: bootstrapv1.DistributionK0s,
-			MachineTemplate: controlplanev1.KairosControlPlaneMachineTemplate{Spec: controlplanev1.KairosControlPlaneMachineTemplateSpec{
-				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "KairosSimMachineTemplate", Name: tmpl.Name},
-			}},
-			KairosConfigSpec: bootstrapv1.KairosConfigSpec{UserPassword: "in-place-password", Image: simnode.KairosImage(render.K0s, kubernetesVersionSim)},
-			Rollout: controlplanev1.KairosControlPlaneRolloutSpec{Strategy: controlplanev1.KairosControlPlaneRolloutStrategy{
-				RollingUpdate: controlplanev1.KairosControlPlaneRollingUpdate{MaxSurge: ptr.To(intstr.FromInt32(0))},
-			}},
-		},
-	}
-	if err := x.Client.Create(ctx, x.kcp); err != nil {
-		t.Fatal(err)
-	}
+	x.createControlPlaneCluster(t, "single", 1, func(s *controlplanev1.KairosControlPlaneSpec) {
+		s.KairosConfigSpec.Image = simnode.KairosImage(render.K0s, kubernetesVersionSim)
+		s.Rollout.Strategy.RollingUpdate.MaxSurge = ptr.To(intstr.FromInt32(0))
+	})
 }
 
 // freeze stops the control-plane manager (SIGSTOP) at once, so that what it has written by now

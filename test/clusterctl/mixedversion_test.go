@@ -154,9 +154,23 @@ func (m *management) runProviders(t *testing.T, opts harness.Options, beforeMana
 // MachineDeployment of one worker.
 func (x *mixedManagement) createCluster(t *testing.T, replicas int32) {
 	t.Helper()
+	x.createControlPlaneCluster(t, "mixed", replicas, nil)
+	if _, err := x.cluster.CreateMachineDeployment(framework.Context(t), "workers", harness.MachineDeploymentOptions{
+		Replicas: 1, Version: kubernetesVersionSim, Config: bootstrapv1.KairosConfigSpec{UserPassword: testUserPassword},
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// testUserPassword is the nodes' user password in this package's clusters.
+const testUserPassword = "mixed-versions-password"
+
+// createControlPlaneCluster creates a k0s cluster named name whose KairosControlPlane has the
+// given number of Machines; mutate, when not nil, shapes the control plane's spec.
+func (x *mixedManagement) createControlPlaneCluster(t *testing.T, name string, replicas int32, mutate func(*controlplanev1.KairosControlPlaneSpec)) {
+	t.Helper()
 	ctx := framework.Context(t)
 	x.ns = x.h.NewNamespace(t)
-	const name = "mixed"
 	// Deleted by the test itself (deleteCluster) while both managers run: cleanups would stop
 	// the managers of the last upgrade first.
 	var err error
@@ -179,15 +193,13 @@ func (x *mixedManagement) createCluster(t *testing.T, replicas int32) {
 			MachineTemplate: controlplanev1.KairosControlPlaneMachineTemplate{Spec: controlplanev1.KairosControlPlaneMachineTemplateSpec{
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: infrav1.GroupVersion.Group, Kind: "KairosSimMachineTemplate", Name: tmpl.Name},
 			}},
-			KairosConfigSpec: bootstrapv1.KairosConfigSpec{UserPassword: "mixed-versions-password"},
+			KairosConfigSpec: bootstrapv1.KairosConfigSpec{UserPassword: testUserPassword},
 		},
 	}
-	if err := x.Client.Create(ctx, x.kcp); err != nil {
-		t.Fatal(err)
+	if mutate != nil {
+		mutate(&x.kcp.Spec)
 	}
-	if _, err := x.cluster.CreateMachineDeployment(ctx, "workers", harness.MachineDeploymentOptions{
-		Replicas: 1, Version: kubernetesVersionSim, Config: bootstrapv1.KairosConfigSpec{UserPassword: "mixed-versions-password"},
-	}); err != nil {
+	if err := x.Client.Create(ctx, x.kcp); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -20,21 +20,21 @@ import (
 // minute. A stale or missing entry costs wall time only: every scenario still runs.
 var scenarioSeconds = map[string]int{
 	"TestRestartMidRollout":                        420, // both distributions in turn, own manager
-	"TestEtcdMemberDownBlocksRemovals":             390,
-	"TestRollout":                                  310,
+	"TestRollout":                                  415,
+	"TestEtcdMemberDownBlocksRemovals":             375,
 	"TestEtcdPartitionAndPowerOff":                 285,
-	"TestHAScaleUpAndDown":                         195,
-	"TestTwoUnhealthyMachinesRecover":              185,
-	"TestHAControlPlaneUpgradesInPlace":            165,
-	"TestWorkersUpgradeInPlace":                    110,
+	"TestHAScaleUpAndDown":                         235,
+	"TestTwoUnhealthyMachinesRecover":              215,
+	"TestUnmatchedEtcdMemberBlocksRemovals":        195,
+	"TestHAControlPlaneUpgradesInPlace":            190,
+	"TestVirtualIPSurvivesLosingItsHolder":         175,
+	"TestAPIServerPortBehindLoadBalancer":          165,
 	"TestRemediation":                              165,
+	"TestWorkersUpgradeInPlace":                    160,
 	"TestVanishedVMIsReplaced":                     150,
-	"TestUnmatchedEtcdMemberBlocksRemovals":        135,
-	"TestVirtualIPSurvivesLosingItsHolder":         130,
-	"TestAPIServerPortBehindLoadBalancer":          125,
-	"TestMachinePoolAddsNodeAfterJoinTokenExpired": 110,
+	"TestMachinePoolAddsNodeAfterJoinTokenExpired": 145,
+	"TestSingleNodeUpgradesInPlace":                110,
 	"TestPauseAndResume":                           105,
-	"TestSingleNodeUpgradesInPlace":                90,
 }
 
 // expectedSeconds is how long the scenario named name (a test or one distribution's subtest) is
