@@ -1,6 +1,7 @@
 package kairoscontrolplane
 
 import (
+	"context"
 	"slices"
 	"strings"
 	"testing"
@@ -26,6 +27,19 @@ const nodeSaid = "ImageBroken: the image does not boot (the node runs the previo
 // failedUpdateFixture is a single-replica control plane (maxSurge 0) whose Machine m1 was handed
 // to Cluster API for an in-place update to newImage that failed: the Machine controller set
 // Updating to InPlaceUpdateFailed, and the NodeOpUpgrade in the workload cluster says why.
+// reconcileReplicasOnce builds the fixture with its writes recorded and reconciles its replicas
+// once.
+func (f *fixture) reconcileReplicasOnce(ctx context.Context, t *testing.T) (*env, *scope, *[]string) {
+	t.Helper()
+	writes := f.recordWrites()
+	e := f.build()
+	s := e.scope(ctx)
+	if _, err := e.r.reconcileReplicas(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	return e, s, writes
+}
+
 func failedUpdateFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := inPlaceFixture(t).replicas(1).maxSurge(0).upgrade()
@@ -97,12 +111,7 @@ func TestInPlaceFailureCorrectedResumes(t *testing.T) {
 	ctx := testContext(t)
 	f := failedUpdateFixture(t)
 	f.kcp.Spec.KairosConfigSpec.Image = correctedImage
-	writes := f.recordWrites()
-	e := f.build()
-	s := e.scope(ctx)
-	if _, err := e.r.reconcileReplicas(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	e, s, writes := f.reconcileReplicasOnce(ctx, t)
 	if len(f.runtime.calls) != 1 {
 		t.Fatalf("CanUpdateMachine called %d times, want 1", len(f.runtime.calls))
 	}
@@ -138,12 +147,7 @@ func TestInPlaceFailureCorrectedResumes(t *testing.T) {
 func TestInPlaceFailureWithoutSpecChangeWaits(t *testing.T) {
 	ctx := testContext(t)
 	f := failedUpdateFixture(t)
-	writes := f.recordWrites()
-	e := f.build()
-	s := e.scope(ctx)
-	if _, err := e.r.reconcileReplicas(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	_, s, writes := f.reconcileReplicasOnce(ctx, t)
 	if len(*writes) != 0 || len(f.runtime.calls) != 0 {
 		t.Errorf("writes %q, %d calls", *writes, len(f.runtime.calls))
 	}
@@ -157,12 +161,7 @@ func TestInPlaceRunningUpdateIsNotRetargeted(t *testing.T) {
 	f := failedUpdateFixture(t)
 	withCondition(clusterv1.MachineUpdatingCondition, metav1.ConditionTrue, clusterv1.MachineInPlaceUpdatingReason)(f.machines[0])
 	f.kcp.Spec.KairosConfigSpec.Image = correctedImage
-	writes := f.recordWrites()
-	e := f.build()
-	s := e.scope(ctx)
-	if _, err := e.r.reconcileReplicas(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	_, s, writes := f.reconcileReplicasOnce(ctx, t)
 	if len(*writes) != 0 || len(f.runtime.calls) != 0 {
 		t.Errorf("writes %q, %d calls", *writes, len(f.runtime.calls))
 	}
@@ -176,12 +175,7 @@ func TestInPlaceFailureCorrectionTheExtensionCannotDo(t *testing.T) {
 	ctx := testContext(t)
 	f := failedUpdateFixture(t)
 	f.kcp.Spec.KairosConfigSpec.PreCommands = []string{"echo changed"}
-	writes := f.recordWrites()
-	e := f.build()
-	s := e.scope(ctx)
-	if _, err := e.r.reconcileReplicas(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	e, s, writes := f.reconcileReplicasOnce(ctx, t)
 	if len(*writes) != 0 || len(f.runtime.calls) != 1 {
 		t.Errorf("writes %q, %d calls", *writes, len(f.runtime.calls))
 	}
@@ -199,12 +193,7 @@ func TestInPlaceFailureCorrectionWaitsForPreflight(t *testing.T) {
 	f.machine("m3", 2*time.Hour)
 	notReady()(f.machines[2])
 	f.kcp.Spec.KairosConfigSpec.Image = correctedImage
-	writes := f.recordWrites()
-	e := f.build()
-	s := e.scope(ctx)
-	if _, err := e.r.reconcileReplicas(ctx, s); err != nil {
-		t.Fatal(err)
-	}
+	_, s, writes := f.reconcileReplicasOnce(ctx, t)
 	if len(*writes) != 0 || len(f.runtime.calls) != 0 {
 		t.Errorf("writes %q, %d calls", *writes, len(f.runtime.calls))
 	}
