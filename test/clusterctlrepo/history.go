@@ -102,9 +102,10 @@ func BuildHistoricRelease(p repo.Provider, rel RecordedRelease) (*HistoricReleas
 		}
 	}
 	// The tree's own go.work applies; nothing of this checkout's environment may override it.
-	env := append(os.Environ(), "GOWORK="+filepath.Join(src, "go.work"), "GOFLAGS=")
+	// -trimpath as in make test (the Makefile's GOFLAGS): the build then shares the build cache
+	// with the test run's builds of the same packages, wherever the tree was extracted.
+	env := append(os.Environ(), "GOWORK="+filepath.Join(src, "go.work"), "GOFLAGS=-trimpath")
 	tmpBin := out.Binary + ".tmp"
-	// No -trimpath: the build then shares the build cache with every other build of the test run.
 	if err := run(filepath.Join(src, p.Name), env, "go", "build",
 		"-ldflags", "-X main.version="+rel.Version+" -X main.commit="+rel.Commit, "-o", tmpBin, "."); err != nil {
 		return nil, fmt.Errorf("building the %s manager %s from commit %s: %w", p.Name, rel.Version, rel.Commit, err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/tools/leaderelection"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kairos-capi/kairos-capi/test/bench/e2e"
@@ -46,8 +47,14 @@ func TestStormSurvivesFaults(t *testing.T) {
 			}
 			if tc.fault == e2e.FaultLeaderLoss {
 				// A leader killed without releasing its lease: the other waits until the lease
-				// expires, then acquires it within a retry period or two.
-				if limit := o.LeaseDuration + 3*o.RetryPeriod; res.Takeover > limit {
+				// expires, then acquires it. client-go's leader elector renews every RetryPeriod
+				// but a standby polls every RetryPeriod to (1+JitterFactor) times it
+				// (tools/leaderelection: wait.JitterUntil in acquire), and it counts the lease
+				// duration from when it saw the last renewal: up to one poll late, then up to one
+				// poll after expiry. Runs took 7.7-10.5 s; the earlier limit of three retry periods
+				// (11 s) was under that bound of 12.4 s.
+				poll := time.Duration((1 + leaderelection.JitterFactor) * float64(o.RetryPeriod))
+				if limit := o.LeaseDuration + 2*poll; res.Takeover > limit {
 					t.Errorf("the standby took over after %s, want at most %s", res.Takeover, limit)
 				}
 			}
