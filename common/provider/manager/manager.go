@@ -160,6 +160,11 @@ func run(ctx context.Context, p Provider, o *Options) error {
 		Metrics:                    *metricsOptions,
 		Cache:                      p.Cache(o.WatchNamespace, o.SyncPeriod),
 		NewCache:                   NewCache,
+		// Infrastructure machines and templates are read as Unstructured: from the cache, as
+		// Cluster API's managers read them (core/setup.ManagerClientOptions) and as the test
+		// harness runs these providers. controller-runtime's default sends every such read to
+		// the API server, several per control-plane reconcile.
+		Client: client.Options{Cache: &client.CacheOptions{Unstructured: true}},
 		WebhookServer: webhook.NewServer(webhook.Options{
 			Port: o.WebhookPort, CertDir: o.WebhookCertDir, CertName: o.WebhookCertName, KeyName: o.WebhookKeyName, TLSOpts: tlsOptions,
 		}),
