@@ -9,9 +9,10 @@ BIN := $(ROOT)/bin
 MODULES := common common/provider bootstrap/api bootstrap controlplane/api controlplane release test
 
 # Go's build cache keys a package's compilation by its folder unless -trimpath is set, so every
-# fresh clone (CI's, a second worktree) compiled each package of this tree again, about 100 s of
-# a make test on warm caches. With -trimpath the same source hits the cache wherever it is checked
-# out; goreleaser, the envtest assets and the historic releases of test/clusterctl build with it too.
+# fresh clone (CI's, a second worktree) compiled each package of this tree again (the test
+# module's test binaries: 100 s in a fresh clone, 55 s with -trimpath; make verify: 125 s, 94 s).
+# With -trimpath the same source hits the cache wherever it is checked out; goreleaser, the
+# envtest assets and the historic releases of test/clusterctl build with it too.
 export GOFLAGS += -trimpath
 
 CONTROLLER_GEN_VERSION := v0.21.0
