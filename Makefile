@@ -20,17 +20,12 @@ CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 
 # The unit-test modules build and run their packages side by side (go test's default -p). The
 # test module's packages start API servers and etcd members. TEST_ALONE runs with the machine to
-# itself: test/lifecycle keeps 2 cores busy with six scenarios side by side (measured: its light
-# packages beside it saved nothing, both slowed down by as much). The rest of the module runs two
-# packages at a time: alone, each kept the 2 cores only about half busy (test/clusterctl 59 %,
-# test/simnode 50 %, test/cmd/sandbox 47 %, the bench smoke 23 %: /proc/stat sampled every 10 s);
-# three at a time kept the machine 100 % busy, an envtest API server missed its start timeout and
-# the storm's kill came after every config was ready. TEST_FIRST, the longest of them, are listed
-# first so that go test starts them first (longest first fills the slots best); in alphabetical
-# order test/simnode started last and ran its 224 s nearly alone at the end. The bench smoke ran
-# alone until its storm's leader-takeover limit was found too tight for client-go's jittered
-# polls (test/bench/e2e/faults_test.go); beside other packages it took over in 7.7-8.9 s, alone
-# in 8.9-10.5 s (ten runs).
+# itself: test/lifecycle keeps 2 cores busy with six scenarios side by side (its light packages
+# beside it saved nothing: both slowed down by as much). The rest of the module runs two packages
+# at a time: alone, each keeps the 2 cores only about half busy, while three at a time saturated
+# the machine (an envtest start timed out). TEST_FIRST, the longest of them, are listed first so
+# that go test starts them first (longest first fills the slots best). README "Test times" has
+# the measurements.
 TEST_ALONE := ./lifecycle
 TEST_FIRST := ./clusterctl ./simnode ./cmd/sandbox ./bench/e2e
 GO_TEST_FLAGS ?= -count=1

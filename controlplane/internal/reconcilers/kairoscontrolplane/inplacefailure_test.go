@@ -24,9 +24,6 @@ const correctedImage = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.5.
 // nodeSaid is what the node reported when its upgrade to newImage failed.
 const nodeSaid = "ImageBroken: the image does not boot (the node runs the previous image again)"
 
-// failedUpdateFixture is a single-replica control plane (maxSurge 0) whose Machine m1 was handed
-// to Cluster API for an in-place update to newImage that failed: the Machine controller set
-// Updating to InPlaceUpdateFailed, and the NodeOpUpgrade in the workload cluster says why.
 // reconcileReplicasOnce builds the fixture with its writes recorded and reconciles its replicas
 // once.
 func (f *fixture) reconcileReplicasOnce(ctx context.Context, t *testing.T) (*env, *scope, *[]string) {
@@ -40,6 +37,9 @@ func (f *fixture) reconcileReplicasOnce(ctx context.Context, t *testing.T) (*env
 	return e, s, writes
 }
 
+// failedUpdateFixture is a single-replica control plane (maxSurge 0) whose Machine m1 was handed
+// to Cluster API for an in-place update to newImage that failed: the Machine controller set
+// Updating to InPlaceUpdateFailed, and the NodeOpUpgrade in the workload cluster says why.
 func failedUpdateFixture(t *testing.T) *fixture {
 	t.Helper()
 	f := inPlaceFixture(t).replicas(1).maxSurge(0).upgrade()
