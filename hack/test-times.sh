@@ -23,8 +23,11 @@ if [[ "${COLD:-}" == 1 ]]; then
 fi
 
 start=$(date +%s)
+stamp() { local now; while IFS= read -r line; do printf -v now '%(%s)T' -1; printf '%5d %s\n' $(( now - start )) "$line"; done; }
 status=0
-make test TEST_JSON_DIR="$out" >"$out/make.log" 2>&1 || status=$?
+# Each line of make's log starts with the seconds since the start, so that the phases without
+# a JSON stream (verify, the envtest and goreleaser builds) can be timed too.
+make test TEST_JSON_DIR="$out" 2>&1 | stamp >"$out/make.log" || status=$?
 wall=$(( $(date +%s) - start ))
 
 report="$out/report.md"
