@@ -35,8 +35,7 @@ import (
 // as a new one appears, and killed then; whether its Machine existed by then is logged. Either
 // way the invariants must hold.
 func TestControlPlaneManagerKilledDuringScaleUp(t *testing.T) {
-	// Its own management cluster: it runs beside the mixed-version orders.
-	t.Parallel()
+	slots.Parallel(t)
 	x := startMixed(t, "kill", newVersion, newVersion)
 	ctx := framework.Context(t)
 	x.createCluster(t, 3)

@@ -52,8 +52,7 @@ const inPlaceVersion = "v1.37.0"
 // is the management side, which does not differ between k0s and k3s (their in-place updates are
 // TestSingleNodeUpgradesInPlace's, in test/lifecycle).
 func TestControlPlaneManagerKilledDuringInPlaceUpdate(t *testing.T) {
-	// Its own management cluster: it runs beside the other scenarios of the package.
-	t.Parallel()
+	slots.Parallel(t)
 	ctx := framework.Context(t)
 	x := startInPlace(t)
 	x.createSingleNodeCluster(t)

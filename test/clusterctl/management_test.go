@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -32,21 +31,28 @@ import (
 	infrav1 "github.com/kairos-capi/kairos-capi/test/infrastructure/api/v1beta2"
 )
 
-// defaultParallel is how many of the parallel tests (the mixed-version pairs and the fault test,
-// each with a management cluster of its own) run at once unless -test.parallel says otherwise:
-// go test's default of one per core left the machine half idle while they wait for their
-// managers and API servers.
+// defaultParallel is how many of the tests (each with a management cluster of its own) run at
+// once unless -test.parallel says otherwise: go test's default of one per core left the machine
+// half idle while they wait for their managers and API servers.
 const defaultParallel = 3
+
+// slots runs the package's tests longest first (framework.Scheduler). Seconds are their
+// durations, measured with hack/test-times.sh beside the rest of the test module.
+var slots = &framework.Scheduler{Seconds: map[string]int{
+	"TestMixedVersions/bootstrap_first":                300,
+	"TestMixedVersions/controlplane_first":             200,
+	"TestControlPlaneManagerKilledDuringScaleUp":       185,
+	"TestControlPlaneManagerKilledDuringInPlaceUpdate": 120,
+	"TestMove":                  110,
+	"TestInstalledProvidersRun": 25,
+	"TestInit":                  15,
+}}
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	given := false
-	flag.Visit(func(f *flag.Flag) { given = given || f.Name == "test.parallel" })
-	if !given {
-		if err := flag.Set("test.parallel", strconv.Itoa(defaultParallel)); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
+	if err := slots.TakeParallelFlag(defaultParallel); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
 	}
 	l := framework.Logger()
 	ctrl.SetLogger(l)

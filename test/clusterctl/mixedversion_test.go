@@ -64,7 +64,7 @@ const kubernetesVersionSim = "v1.36.3"
 // a goreleaser snapshot build of the same control plane (vX.Y.Z-dev+<commit>, no release) then
 // takes over and, exempt from the policy, scales.
 func TestMixedVersions(t *testing.T) {
-	// Beside the fault test too: each order and that test have a management cluster of their own.
+	// Each order takes a slot of its own (below); the test itself only starts them.
 	t.Parallel()
 	for _, first := range []providerSpec{bootstrapProvider, controlPlaneProvider} {
 		second := controlPlaneProvider
@@ -72,8 +72,7 @@ func TestMixedVersions(t *testing.T) {
 			second = bootstrapProvider
 		}
 		t.Run(first.Name+" first", func(t *testing.T) {
-			// Each order has its own management cluster: they run side by side.
-			t.Parallel()
+			slots.Parallel(t)
 			x := startMixed(t, first.Name+"-first", previousVersion(t, bootstrapProvider), previousVersion(t, controlPlaneProvider))
 			x.createCluster(t, 1)
 			start := time.Now()

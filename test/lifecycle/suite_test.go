@@ -26,7 +26,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"testing"
 	"time"
 
@@ -54,22 +53,13 @@ var h *harness.Harness
 // for four minutes (measured, 2026-11-27): 6 it is. A scenario that restarts the shared manager
 // does not call t.Parallel (go test runs it first, while nothing else uses the manager), or has a
 // management cluster of its own (TestRestartMidRollout, TestMachinePoolAddsNodeAfterJoinTokenExpired).
-// The scenario scheduler (schedule_test.go) enforces the bound; go test's own is raised above the
-// number of tests, so that every scenario reaches the scheduler and the longest start first.
-const (
-	defaultParallel = 6
-	goTestParallel  = 1000
-)
+// The scenario scheduler (slots, schedule_test.go) enforces the bound, so that the longest
+// scenarios start first.
+const defaultParallel = 6
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	slots.capacity = defaultParallel
-	flag.Visit(func(f *flag.Flag) {
-		if f.Name == "test.parallel" {
-			slots.capacity, _ = strconv.Atoi(f.Value.String())
-		}
-	})
-	if err := flag.Set("test.parallel", strconv.Itoa(goTestParallel)); err != nil {
+	if err := slots.TakeParallelFlag(defaultParallel); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
