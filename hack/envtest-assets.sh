@@ -24,6 +24,31 @@ export GOWORK=off
 
 log() { echo "envtest-assets: $*" >&2; }
 
+# requires prints the "path version" requirements of a go.mod file.
+requires() {
+  awk '/^require \(/ { block = 1; next } block && /^\)/ { block = 0; next }
+    block && NF >= 2 { print $1, $2 } /^require [^(]/ { print $2, $3 }' "$1"
+}
+
+# align requires, in the module of the current folder, every module that the go.mod file $1
+# requires and that the test module requires too at the test module's version (MVS then selects
+# the higher of that and the release's own pin). A package is compiled once for everything that builds it with the same versions
+# of itself and of what it imports: aligned, the API server's and etcd's builds find client-go,
+# apimachinery, grpc, the etcd client and the rest of what they share with the test module in
+# the build cache that make verify filled, instead of compiling the older versions their
+# releases pin (measured in README "Test times"). The versions differ by patch and minor
+# releases of libraries that keep their APIs: the build fails loudly if one does not.
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+align() {
+  local args=() path theirs ours
+  while read -r path theirs ours; do
+    # Where the release pins a newer version, the release's own go.mod (in the module graph)
+    # still requires it and MVS keeps it.
+    [[ "$theirs" == "$ours" ]] || args+=("-require=$path@$ours")
+  done < <(LC_ALL=C join <(requires "$1" | LC_ALL=C sort) <(requires "$root/test/go.mod" | LC_ALL=C sort))
+  if [[ ${#args[@]} -gt 0 ]]; then go mod edit "${args[@]}"; fi
+}
+
 if [[ ! -x "$dest/etcd" ]]; then
   log "building etcd v$ETCD_VERSION (about 2 minutes cold)"
   mkdir -p "$work/etcd"
@@ -42,6 +67,8 @@ GO
     cd "$work/etcd"
     go mod init envtest/etcd >/dev/null 2>&1
     go get "go.etcd.io/etcd/server/v3@v$ETCD_VERSION" >/dev/null 2>&1
+    go mod tidy >/dev/null 2>&1
+    align go.mod
     go mod tidy >/dev/null 2>&1
     go build -trimpath -o "$dest/etcd.tmp" .
   )
@@ -79,6 +106,7 @@ if [[ ${#missing[@]} -gt 0 ]]; then
   } >"$work/kube/tools.go"
   (
     cd "$work/kube"
+    align "$kgomod"
     go mod tidy >/dev/null 2>&1 || go mod download
     mkdir -p "$work/out"
     pkgs=()

@@ -35,6 +35,10 @@ report="$out/report.md"
   echo "make test: exit $status in ${wall} s ($(( wall / 60 )) min $(( wall % 60 )) s), $(nproc) cores, $(date -u +%Y-%m-%dT%H:%MZ)${COLD:+, cold caches}"
   echo
   (cd test && go run ./cmd/testtimes "$out"/*.json) || true
+  echo
+  echo "Phases (seconds since the start, from make's log):"
+  echo
+  grep -E '^ *[0-9]+ (== |envtest-assets: |goreleaser: |module gates|go vet \./test/)' "$out/make.log" | sed 's/^/    /' || true
 } >"$report"
 cat "$report"
 echo "test-times: JSON streams, make's log and this report are in $out"
