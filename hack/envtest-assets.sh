@@ -31,13 +31,14 @@ requires() {
 }
 
 # align requires, in the module of the current folder, every module that the go.mod file $1
-# requires and that the test module requires too at the test module's version (MVS then selects
-# the higher of that and the release's own pin). A package is compiled once for everything that builds it with the same versions
-# of itself and of what it imports: aligned, the API server's and etcd's builds find client-go,
-# apimachinery, grpc, the etcd client and the rest of what they share with the test module in
-# the build cache that make verify filled, instead of compiling the older versions their
-# releases pin (measured in README "Test times"). The versions differ by patch and minor
-# releases of libraries that keep their APIs: the build fails loudly if one does not.
+# requires and that the test module requires too, at the test module's version (MVS then
+# selects the higher of that and the release's own pin). A package is compiled once for every
+# build that uses the same versions of it and of what it imports: aligned, the API server's and
+# etcd's builds find client-go, apimachinery, grpc, the etcd client and the rest of what they
+# share with the test module in the build cache that make verify filled, instead of compiling
+# the older versions their releases pin (README "Test times" has the measurement). The versions
+# differ by patch and minor releases of libraries that keep their APIs; the build fails loudly
+# if one does not.
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 align() {
   local args=() path theirs ours
@@ -50,7 +51,7 @@ align() {
 }
 
 if [[ ! -x "$dest/etcd" ]]; then
-  log "building etcd v$ETCD_VERSION (about 2 minutes cold)"
+  log "building etcd v$ETCD_VERSION (1 to 2 minutes cold)"
   mkdir -p "$work/etcd"
   cat >"$work/etcd/main.go" <<'GO'
 package main
@@ -83,7 +84,7 @@ for b in kube-apiserver kube-controller-manager; do
   [[ -x "$dest/$b" ]] || missing+=("$b")
 done
 if [[ ${#missing[@]} -gt 0 ]]; then
-  log "building ${missing[*]} v$KUBE_VERSION (about 7 minutes cold for the API server, 2 more for the controller manager)"
+  log "building ${missing[*]} v$KUBE_VERSION (7 to 11 minutes cold: less when make verify has compiled the libraries they share with the tests)"
   mkdir -p "$work/kube"
   kgomod="$(go mod download -json "k8s.io/kubernetes@v$KUBE_VERSION" | sed -n 's/.*"GoMod": "\(.*\)",*/\1/p')"
   {

@@ -26,7 +26,6 @@ import (
 // clusterctl labels, and for each provider a Deployment whose ServiceAccount, RBAC, webhook
 // Service, webhook configurations and serving certificate are wired to each other.
 func TestInit(t *testing.T) {
-	slots.Parallel(t)
 	m := startManagement(t, "management")
 	components := m.init(t, m.initOptions(newVersion, false))
 	if len(components) != 3 {

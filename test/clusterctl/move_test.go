@@ -29,7 +29,6 @@ import (
 // not moved), the providers report the moved data as theirs and regenerate nothing: no Secret
 // changes, no Machine appears.
 func TestMove(t *testing.T) {
-	slots.Parallel(t)
 	src := startManagement(t, "source")
 	dst := startManagement(t, "target")
 	for _, m := range []*management{src, dst} {

@@ -30,7 +30,6 @@ import (
 // for a stand-alone control-plane Machine. Any request refused for lack of permissions fails
 // the test: the shipped RBAC must be enough.
 func TestInstalledProvidersRun(t *testing.T) {
-	slots.Parallel(t)
 	m := startManagement(t, "management")
 	m.init(t, m.initOptions(newVersion, true))
 	m.serveCoreWebhooks(t)
