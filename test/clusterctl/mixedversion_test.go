@@ -224,7 +224,13 @@ func (x *mixedManagement) settled(t *testing.T, n int) []clusterv1.Machine {
 		}
 		for _, m := range machines {
 			if !m.DeletionTimestamp.IsZero() || m.Status.Phase != string(clusterv1.MachinePhaseRunning) || !m.Status.NodeRef.IsDefined() {
-				return fmt.Errorf("control-plane Machine %s is %s", m.Name, m.Status.Phase)
+				// What its simulated node is doing tells a node that never registered (its
+				// document, its join, its etcd member) from a slow management cluster.
+				node := "no simulated node"
+				if sim := x.h.Registry.NodeFor(x.ns, m.Spec.InfrastructureRef.Name); sim != nil {
+					node = fmt.Sprintf("simulated node %+v", sim.Status())
+				}
+				return fmt.Errorf("control-plane Machine %s is %s; %s", m.Name, m.Status.Phase, node)
 			}
 		}
 		st := kcp.Status
