@@ -333,7 +333,7 @@ func TestControlPlaneWithWorkers(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			parallel(t)
+			slots.Parallel(t)
 			start := time.Now()
 			// Everything the controllers log, up to debug verbosity V(7), is searched for secrets
 			// below.
@@ -438,7 +438,7 @@ func TestHAScaleUpAndDown(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			parallel(t)
+			slots.Parallel(t)
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3, failureDomains: []string{"fd-a", "fd-b", "fd-c"}})
 			machines := c.waitSettled(3, version, waitScale)
@@ -488,7 +488,7 @@ func TestRollout(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			parallel(t)
+			slots.Parallel(t)
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3, version: oldVersion})
 			before := c.waitSettled(3, oldVersion, waitScale)
@@ -587,7 +587,7 @@ func TestRemediation(t *testing.T) {
 	t.Parallel()
 	for _, dist := range []bootstrapv1.Distribution{bootstrapv1.DistributionK0s} {
 		t.Run(string(dist), func(t *testing.T) {
-			parallel(t)
+			slots.Parallel(t)
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
 			machines := c.waitSettled(3, version, waitScale)
@@ -630,7 +630,7 @@ func TestRemediation(t *testing.T) {
 // reconciler), and the scale-up after resuming joins controllers as TestHAScaleUpAndDown does
 // for both.
 func TestPauseAndResume(t *testing.T) {
-	parallel(t)
+	slots.Parallel(t)
 	for _, dist := range []bootstrapv1.Distribution{bootstrapv1.DistributionK0s} {
 		t.Run(string(dist), func(t *testing.T) {
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
@@ -677,7 +677,7 @@ func TestDeleteCluster(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			parallel(t)
+			slots.Parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
 			if _, err := c.CreateMachineDeployment(c.ctx, "workers", harness.MachineDeploymentOptions{
 				Replicas: 1, Version: version, Config: workerConfig(dist),
@@ -796,7 +796,7 @@ func hasLabel(m *clusterv1.Machine, key string) bool {
 // it has a management cluster of its own and runs beside the other scenarios; its distributions
 // run one after the other, each restarting that manager while the other waits.
 func TestRestartMidRollout(t *testing.T) {
-	parallel(t)
+	slots.Parallel(t)
 	opts, err := controlPlaneHarnessOptions()
 	if err != nil {
 		t.Fatal(err)
@@ -861,7 +861,7 @@ func TestKubeconfigRotation(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			parallel(t)
+			slots.Parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1, mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.Kubeconfig.ClientCertificateValiditySeconds = ptr.To[int32](3600)
 			}})

@@ -148,7 +148,7 @@ func TestEtcdMemberDownBlocksRemovals(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			parallel(t)
+			slots.Parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1, version: oldVersion})
 			c.waitSettled(1, oldVersion, waitScale)
 
@@ -301,7 +301,7 @@ func TestTwoUnhealthyMachinesRecover(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			parallel(t)
+			slots.Parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
 			machines := c.waitSettled(3, version, waitScale)
 			c.createHealthCheck(corev1.ConditionFalse)
@@ -339,7 +339,7 @@ func TestEtcdPartitionAndPowerOff(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			parallel(t)
+			slots.Parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3})
 			machines := c.waitSettled(3, version, waitScale)
 
@@ -428,7 +428,7 @@ func TestUnmatchedEtcdMemberBlocksRemovals(t *testing.T) {
 	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
-			parallel(t)
+			slots.Parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
 			c.waitSettled(1, version, waitScale)
 			sim := c.simCluster()

@@ -36,7 +36,7 @@ func TestHAControlPlaneUpgradesInPlace(t *testing.T) {
 	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
-			parallel(t)
+			slots.Parallel(t)
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{inPlace: true, replicas: 3, version: version, mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.KairosConfigSpec.Image = kairosImage(dist, version)

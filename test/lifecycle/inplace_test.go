@@ -41,7 +41,7 @@ func TestSingleNodeUpgradesInPlace(t *testing.T) {
 	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
-			parallel(t)
+			slots.Parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{inPlace: true, replicas: 1, version: version, mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.KairosConfigSpec.Image = kairosImage(dist, version)
 				s.Rollout.Strategy.RollingUpdate.MaxSurge = ptr.To(intstr.FromInt32(0))

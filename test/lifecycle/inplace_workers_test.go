@@ -42,7 +42,7 @@ func TestWorkersUpgradeInPlace(t *testing.T) {
 	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
-			parallel(t)
+			slots.Parallel(t)
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{inPlace: true, replicas: 1, version: inPlaceVersion, mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.KairosConfigSpec.Image = kairosImage(dist, inPlaceVersion)

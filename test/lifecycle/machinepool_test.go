@@ -44,7 +44,7 @@ const poolTokenTTL = 30 * time.Second
 //
 // k0s only: k3s agents join with the cluster's static agent token, which does not expire.
 func TestMachinePoolAddsNodeAfterJoinTokenExpired(t *testing.T) {
-	parallel(t)
+	slots.Parallel(t)
 	start := time.Now()
 	elapsed := func() time.Duration { return time.Since(start).Round(time.Second) }
 	dist := bootstrapv1.DistributionK0s

@@ -33,7 +33,7 @@ func TestAPIServerPortBehindLoadBalancer(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			parallel(t)
+			slots.Parallel(t)
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3, cluster: harness.ClusterOptions{
 				ClusterNetwork: clusterv1.ClusterNetwork{APIServerPort: apiServerPort},
@@ -95,7 +95,7 @@ func TestVirtualIPSurvivesLosingItsHolder(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			parallel(t)
+			slots.Parallel(t)
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 3, cluster: harness.ClusterOptions{VirtualIP: true},
 				mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
@@ -161,7 +161,7 @@ func TestVirtualIPSurvivesLosingItsHolder(t *testing.T) {
 // k0s only: the heartbeats and the node lifecycle controller do not depend on the distribution,
 // and TestEtcdPartitionAndPowerOff replaces a dead member for both.
 func TestVanishedVMIsReplaced(t *testing.T) {
-	parallel(t)
+	slots.Parallel(t)
 	c := newControlPlaneCluster(t, bootstrapv1.DistributionK0s, cpOptions{replicas: 3, cluster: harness.ClusterOptions{VirtualIP: true},
 		mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
 			s.KairosConfigSpec.VirtualIP = &bootstrapv1.VirtualIP{Address: "127.0.0.1"}

@@ -32,7 +32,7 @@ func TestProviderIDConventions(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			parallel(t)
+			slots.Parallel(t)
 			start := time.Now()
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1, infra: infrav1.KairosSimMachineSpec{ProviderIDConvention: infrav1.ProviderIDVSphere}})
 			linked, err := c.CreateMachineDeployment(c.ctx, "linked", harness.MachineDeploymentOptions{

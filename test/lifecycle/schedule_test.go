@@ -1,15 +1,11 @@
 package lifecycle
 
-import (
-	"testing"
-
-	"github.com/kairos-capi/kairos-capi/test/framework"
-)
+import "github.com/kairos-capi/kairos-capi/test/framework"
 
 // slots hands out the package's scenario slots, longest scenario first (framework.Scheduler: go
-// test admits parallel tests in no set order, and the longest ones used to start last); TestMain
-// sets its capacity. Seconds are the durations of the longest scenarios, measured with
-// hack/test-times.sh (the slower distribution).
+// test admits parallel tests in no set order, and the longest ones used to start last). Every
+// scenario calls slots.Parallel; TestMain sets the capacity. Seconds are the durations of the
+// longest scenarios, measured with hack/test-times.sh (the slower distribution).
 var slots = &framework.Scheduler{Seconds: map[string]int{
 	"TestRestartMidRollout":                        420, // both distributions in turn, own manager
 	"TestRollout":                                  415,
@@ -28,9 +24,3 @@ var slots = &framework.Scheduler{Seconds: map[string]int{
 	"TestSingleNodeUpgradesInPlace":                110,
 	"TestPauseAndResume":                           105,
 }}
-
-// parallel is t.Parallel for a scenario: it also waits for one of the package's scenario slots.
-func parallel(t *testing.T) {
-	t.Helper()
-	slots.Parallel(t)
-}

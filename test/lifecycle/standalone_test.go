@@ -69,7 +69,7 @@ func TestStandaloneControlPlaneAndWorkers(t *testing.T) {
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			// The distributions run side by side: their clusters share nothing but the harness.
-			parallel(t)
+			slots.Parallel(t)
 			start := time.Now()
 			ctx := framework.Context(t)
 			ns := h.NewNamespace(t)

@@ -143,7 +143,7 @@ func TestSteadyControlPlaneWritesNothing(t *testing.T) {
 		t.Run(string(dist), func(t *testing.T) {
 			// Each counts the writes in its own namespace only, so the distributions (and the
 			// other scenarios) run side by side.
-			parallel(t)
+			slots.Parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
 			c.waitSettled(1, version, waitScale)
 			ns := c.Cluster.Namespace

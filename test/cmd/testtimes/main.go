@@ -53,7 +53,7 @@ type event struct {
 
 // timing is how long a package or a test took, in go test's own measure (a parallel test's
 // time excludes its wait for a slot of go test), less the wait for a slot of a package's own
-// scheduler that the test logged (slotWait: the lifecycle scenarios').
+// scheduler that the test logged (slotWait: framework.Scheduler's tests).
 type timing struct {
 	name    string
 	elapsed time.Duration
@@ -70,7 +70,7 @@ type report struct {
 	waited map[string]time.Duration
 }
 
-// slotWait is what test/lifecycle's parallel logs when a scenario waited for a slot.
+// slotWait is what framework.Scheduler.Parallel logs when a test waited for a slot.
 var slotWait = regexp.MustCompile(`waited ([0-9.]+s) for a scenario slot`)
 
 type failure struct{ name, output string }
