@@ -584,7 +584,10 @@ func managerCacheOptions(scheme *runtime.Scheme, informerName string) ctrlcache.
 func ProviderClient(mgr ctrl.Manager) (client.Client, error) {
 	c, err := client.New(mgr.GetConfig(), client.Options{
 		Scheme: mgr.GetScheme(), Mapper: mgr.GetRESTMapper(), HTTPClient: mgr.GetHTTPClient(),
-		Cache: &client.CacheOptions{Reader: mgr.GetCache()},
+		// Unstructured: infrastructure machines and templates from the cache too, as the
+		// providers' managers read them (common/provider/manager); without it every such read
+		// went to the API server.
+		Cache: &client.CacheOptions{Reader: mgr.GetCache(), Unstructured: true},
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the providers' client: %w", err)
