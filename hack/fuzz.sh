@@ -13,7 +13,11 @@ module=${pkg%%/*} rel=./${pkg#*/}
 cd "$module"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-go test -run='^$' -fuzz="^${fn}\$" -fuzztime="$fuzztime" "$rel" 2>&1 | tee "$log"
+# -fuzzminimizetime: Go minimizes every new interesting input for up to a minute by default,
+# and the coordinator counts no executions meanwhile. FuzzMerge's seeds are the 24 KB rendered
+# goldens: both workers spent the whole -fuzztime minimizing (23 executions in 15 s, nothing
+# new); with 2 s, 14,599 executions and 24 new inputs in the same 15 s (measured 2026-11-28).
+go test -run='^$' -fuzz="^${fn}\$" -fuzztime="$fuzztime" -fuzzminimizetime=2s "$rel" 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
 if [ "$status" -eq 0 ]; then
 	exit 0
