@@ -96,11 +96,15 @@ TEST_JSON_DIR ?=
 # and goreleaser's build from source takes about 6 minutes of them. Warm, hack/goreleaser.sh
 # only prints the cached binary's path.
 .PHONY: test
+# goreleaser and the envtest assets (cached after the first run) are built in the background while
+# make verify runs: cold, verify waits minutes on module downloads with the cores partly idle.
 test: ## Run every test of every module (make verify first; builds goreleaser and the envtest assets when needed).
 	@mkdir -p $(BIN); setsid ./hack/goreleaser.sh >$(BIN)/goreleaser.path 2>$(BIN)/goreleaser.log & gr=$$!; \
-	trap 'kill -- -'$$gr' 2>/dev/null || true' EXIT; \
+	setsid ./hack/envtest-assets.sh >$(BIN)/envtest.path 2>$(BIN)/envtest.log & ea=$$!; \
+	trap 'kill -- -'$$gr' -'$$ea' 2>/dev/null || true' EXIT; \
 	$(MAKE) --no-print-directory verify; \
-	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; \
+	if ! wait $$ea; then cat $(BIN)/envtest.log; echo "hack/envtest-assets.sh failed"; exit 1; fi; \
+	export KUBEBUILDER_ASSETS="$$(cat $(BIN)/envtest.path)"; echo "envtest assets: $$KUBEBUILDER_ASSETS"; \
 	if ! wait $$gr; then cat $(BIN)/goreleaser.log; echo "hack/goreleaser.sh failed"; exit 1; fi; \
 	export GORELEASER="$$(cat $(BIN)/goreleaser.path)"; echo "goreleaser: $$GORELEASER"; \
 	for m in $(MODULES); do [ $$m = test ] && continue; echo "== go test ./$$m/..."; \

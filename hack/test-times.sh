@@ -38,7 +38,7 @@ report="$out/report.md"
   echo
   echo "Phases (seconds since the start, from make's log):"
   echo
-  grep -E '^ *[0-9]+ (== |envtest-assets: |goreleaser: |module gates|go vet \./test/)' "$out/make.log" | sed 's/^/    /' || true
+  grep -E '^ *[0-9]+ (== |envtest-assets: |envtest assets: |goreleaser: |module gates|go vet \./test/)' "$out/make.log" | sed 's/^/    /' || true
 } >"$report"
 cat "$report"
 echo "test-times: JSON streams, make's log and this report are in $out"
