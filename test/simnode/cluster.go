@@ -491,9 +491,9 @@ func (c *Cluster) stopProcesses() {
 	}
 }
 
-// issueClientCert signs a client certificate with the cluster's client CA.
+// issueClientCert signs a kubelet's client certificate with the cluster's client CA.
 func (c *Cluster) issueClientCert(cn string, orgs []string) (*pki.KeyPair, error) {
-	return c.pki.clientCA.SignClient(cn, orgs, 24*time.Hour)
+	return newClientCert(c.pki.clientCA, cn, orgs, 24*time.Hour)
 }
 
 // configFor returns a rest.Config for a client certificate, trusting caCert for the server.
