@@ -172,9 +172,10 @@ func newKubeletCSR(nodeName string) (csrPEM, keyPEM []byte, err error) {
 }
 
 // newClientCert creates a client certificate of the CA for a new key. The key is ECDSA P-256, as
-// the key a kubelet generates for its client certificate (and the one k3s' supervisor issues to
-// its agents); the RSA key that common/pki's SignClient generates took 6 % of the lifecycle test
-// binary's CPU for these certificates alone (pprof of TestRollout, 2026-11-28).
+// the key a kubelet generates for its own client certificate (newKubeletCSR does the same); the
+// RSA key that common/pki's SignClient generates took 6 % of the lifecycle test binary's CPU for
+// these certificates alone (pprof of TestRollout, 2026-11-28). The certificate is the same
+// otherwise: the cluster's client CA, system:node:<name> in system:nodes, client auth only.
 func newClientCert(ca pki.KeyPair, cn string, orgs []string, validity time.Duration) (*pki.KeyPair, error) {
 	key, err := newKey()
 	if err != nil {
