@@ -145,8 +145,9 @@ bench-e2e: ## Kairos bootstrap manager vs CABPK vs the write floor against one A
 
 # SANDBOX_ARGS are the sandbox's flags (-cluster NAME, -workers N). The sandbox is built and
 # exec'd, not run with go run: go run exits 1 when it is interrupted, whatever the program it
-# ran returned, so Ctrl-C, the documented way to stop the sandbox, ended in a make error. Now
-# make reports none; it still ends by the interrupt itself, as GNU make always does.
+# ran returned, so Ctrl-C, the documented way to stop the sandbox, ended in a make error. In a
+# terminal the sandbox also takes the terminal's foreground for itself (test/cmd/sandbox,
+# takeTerminal), so that Ctrl-C does not reach make, which would end by it: status 0.
 # IN_PLACE=1 (or true, yes) adds -in-place: Cluster API with its RuntimeSDK and InPlaceUpdates feature gates and
 # the Kairos in-place update extension registered (issue 20).
 SANDBOX_ARGS ?=

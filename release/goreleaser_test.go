@@ -467,6 +467,9 @@ func TestGoreleaserTaggedRelease(t *testing.T) {
 			if p.Templates && !slices.ContainsFunc(entries, func(e os.DirEntry) bool { return strings.HasPrefix(e.Name(), "cluster-template") }) {
 				t.Errorf("the release tool wrote no cluster template into %s", folders[p.Name])
 			}
+			if _, ok := want[repo.ControlPlane.ExtensionFile]; ok != (p.Name == repo.ControlPlane.Name) {
+				t.Errorf("the %s release has %s = %v: it belongs to the control-plane release, and only there", p.Name, repo.ControlPlane.ExtensionFile, ok)
+			}
 
 			uploaded := slices.Sorted(maps.Keys(rel.Assets))
 			if wantNames := slices.Sorted(maps.Keys(want)); !slices.Equal(uploaded, wantNames) {
@@ -505,9 +508,9 @@ func TestGoreleaserTaggedRelease(t *testing.T) {
 				}
 			}
 
-			// The uploaded binaries are the provider's manager, for their targets. (The version
-			// is not visible: -ldflags are not recorded in the build info of a -trimpath build,
-			// and -X main.version has no effect until the main package declares version.)
+			// The uploaded binaries are the provider's manager, for their targets. (The stamped
+			// version is not read back: -ldflags are not recorded in the build info of a
+			// -trimpath build, and the binaries are stripped, -s -w.)
 			for _, name := range archives {
 				if rel.Assets[name] == nil {
 					continue

@@ -1,7 +1,7 @@
 // Package repo builds the clusterctl provider repository of one release of a Kairos
 // provider: <out>/<provider label>/<version>/ with the components YAML (built in process with
 // kustomize's krusty), metadata.yaml and, for the control-plane provider, the cluster
-// templates. Everything is checked against the clusterctl provider contract before anything
+// templates and the in-place update extension's ExtensionConfig. Everything is checked against the clusterctl provider contract before anything
 // is written; see the Rule* constants.
 package repo
 
@@ -102,6 +102,11 @@ func Build(opts Options) (*Release, error) {
 	out = append(out, vs...)
 	r.Files[p.ComponentsFile] = components
 
+	if p.ExtensionDir != "" {
+		if r.Files[p.ExtensionFile], err = Kustomize(filepath.Join(opts.Root, p.ExtensionDir)); err != nil {
+			return nil, fmt.Errorf("building %s: %w", p.ExtensionFile, err)
+		}
+	}
 	if p.Templates {
 		templates, vs, err := BuildTemplates(opts.Root)
 		if err != nil {

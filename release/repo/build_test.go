@@ -32,6 +32,15 @@ func TestReleaseFiles(t *testing.T) {
 	if !strings.Contains(string(cp.Files["control-plane-components.yaml"]), "${KAIROS_CONTROLPLANE_IMAGE:=ghcr.io/kairos-capi/kairos-controlplane-manager:v0.2.0}") {
 		t.Error("the control-plane components do not run the v0.2.0 image")
 	}
+	// The in-place update extension's registration ships beside the components (not in them:
+	// Cluster API refuses ExtensionConfigs without its RuntimeSDK gate); test/components checks
+	// that it points at what the components install.
+	ext := string(cp.Files["control-plane-extension.yaml"])
+	for _, s := range []string{"kind: ExtensionConfig", "runtime.cluster.x-k8s.io/inject-ca-from-secret: kairos-controlplane-system/kairos-controlplane-webhook-service-cert"} {
+		if !strings.Contains(ext, s) {
+			t.Errorf("control-plane-extension.yaml lacks %q:\n%s", s, ext)
+		}
+	}
 	md := string(cp.Files["metadata.yaml"])
 	for _, s := range []string{"apiVersion: clusterctl.cluster.x-k8s.io/v1alpha3", "kind: Metadata", "minor: 1", "minor: 2", "contract: v1beta2"} {
 		if !strings.Contains(md, s) {
@@ -134,7 +143,7 @@ func TestWriteKeepsOtherVersionsAndProviders(t *testing.T) {
 // controlPlaneFiles are the files of a control-plane release, sorted: one cluster template
 // per required flavor, the components and the metadata.
 func controlPlaneFiles() []string {
-	files := []string{"control-plane-components.yaml", "metadata.yaml"}
+	files := []string{"control-plane-components.yaml", "control-plane-extension.yaml", "metadata.yaml"}
 	for _, f := range RequiredFlavors {
 		files = append(files, TemplateFileName(f))
 	}

@@ -36,6 +36,11 @@ type Provider struct {
 	// Templates says whether the provider's repository ships the cluster templates of
 	// config/templates.
 	Templates bool
+	// ExtensionDir, when set, is the kustomization (relative to the repository root) of a
+	// runtime extension's ExtensionConfig that ships beside the components as ExtensionFile:
+	// applied by hand where Cluster API runs with its RuntimeSDK gate, since Cluster API refuses
+	// ExtensionConfigs without it and the components must install everywhere.
+	ExtensionDir, ExtensionFile string
 	// ReleaseAnnotation is the annotation every CRD of the provider's components carries,
 	// naming the release (vX.Y.Z) that installed it: the control-plane provider reads the
 	// bootstrap provider's to enforce its version-skew policy.
@@ -67,6 +72,8 @@ var (
 		ImageEntrypoint:   "/ko-app/controlplane",
 		MetadataFile:      "release/metadata/controlplane.yaml",
 		Templates:         true,
+		ExtensionDir:      "controlplane/config/extension",
+		ExtensionFile:     "control-plane-extension.yaml",
 		ReleaseAnnotation: controlplanev1.ReleaseAnnotation,
 	}
 )

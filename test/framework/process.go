@@ -52,6 +52,7 @@ type Process struct {
 
 	cmd  *exec.Cmd
 	log  *os.File
+	term *os.File // the process' terminal (StartProcessOnTerminal), nil otherwise
 	done chan struct{}
 	err  error // exit status, set before done is closed
 
@@ -62,16 +63,6 @@ type Process struct {
 // StartProcess starts bin with args and env (added to this process' environment, later
 // entries winning), logging its output to logPath.
 func StartProcess(name, logPath string, env []string, bin string, args ...string) (*Process, error) {
-	return startProcess(name, logPath, env, false, bin, args...)
-}
-
-// StartProcessGroup is StartProcess in a process group of its own, as a shell runs a
-// foreground job: SignalGroup then reaches every process of the job, as Ctrl-C does.
-func StartProcessGroup(name, logPath string, env []string, bin string, args ...string) (*Process, error) {
-	return startProcess(name, logPath, env, true, bin, args...)
-}
-
-func startProcess(name, logPath string, env []string, group bool, bin string, args ...string) (*Process, error) {
 	f, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -82,7 +73,7 @@ func startProcess(name, logPath string, env []string, group bool, bin string, ar
 	p.cmd.Stdout, p.cmd.Stderr = p, p
 	// Where supported, the process dies with the test binary even when cleanups do not run
 	// (a test timeout panics).
-	p.cmd.SysProcAttr = childProcAttr(group)
+	p.cmd.SysProcAttr = childProcAttr()
 	if err := StartOnLockedThread(p.cmd, func(err error) {
 		p.err = err
 		close(p.done)
@@ -144,6 +135,9 @@ func (p *Process) Exited() (bool, error) {
 // process' exit error unless the process ended because of the signal.
 func (p *Process) Stop(grace time.Duration) error {
 	defer p.log.Close()
+	if p.term != nil {
+		defer p.term.Close()
+	}
 	select {
 	case <-p.done:
 		return p.err

@@ -77,9 +77,9 @@ func TestHAControlPlaneUpgradesInPlace(t *testing.T) {
 				s.KairosConfigSpec.Image = kairosImage(dist, inPlaceVersion)
 			})
 
-			// One member's etcd dies while the first Machine's update completes: that node has
+			// One member's etcd stops while the first Machine's update completes: that node has
 			// rebooted into the new image and its member is back (two others healthy), so the
-			// member killed now leaves two healthy voters. The next Machine's update must then
+			// member stopped now leaves two healthy voters. The next Machine's update must then
 			// wait for it, not take a second member down. The member is one of a Machine already
 			// updated, not of one still to update: an outdated Machine whose own member is
 			// unhealthy is the one a rollout picks first and, as KubeadmControlPlane does, it is
@@ -87,8 +87,8 @@ func TestHAControlPlaneUpgradesInPlace(t *testing.T) {
 			// that leave it out, and a new Machine repairs it while an update would not), so no
 			// update would wait for it.
 			first := c.firstUpdating(2 * time.Minute)
-			dead := c.killEtcdOnceRebooted(first, kairosImage(dist, inPlaceVersion), 3*time.Minute)
-			killed := time.Now()
+			dead := c.stopEtcdOnceRebooted(first, kairosImage(dist, inPlaceVersion), 3*time.Minute)
+			stopped := time.Now()
 			c.waitCondition(controlplanev1.RollingOutCondition, metav1.ConditionTrue, "Machine "+dead.Name+": etcd member", 2*time.Minute)
 			t.Logf("the update waits for the etcd member of %s: %s", dead.Name, conditions.Get(c.get(), controlplanev1.RollingOutCondition).Message)
 			if seen := updating.seenMachines(); len(seen) != 1 {
@@ -98,7 +98,7 @@ func TestHAControlPlaneUpgradesInPlace(t *testing.T) {
 				t.Fatal(err)
 			}
 			resumed := time.Now()
-			t.Logf("the etcd member of %s was down for %s", dead.Name, resumed.Sub(killed).Round(time.Second))
+			t.Logf("the etcd member of %s was down for %s", dead.Name, resumed.Sub(stopped).Round(time.Second))
 
 			after := c.waitSettled(3, inPlaceVersion, 3*waitScale)
 			t.Logf("the other two Machines upgraded in place %s after the member came back (%s in all)",
@@ -177,12 +177,12 @@ func (c *cpCluster) firstUpdating(timeout time.Duration) *clusterv1.Machine {
 	return first
 }
 
-// killEtcdOnceRebooted kills the etcd member of Machine m as soon as its node runs image again,
+// stopEtcdOnceRebooted stops the etcd member of Machine m as soon as its node runs image again,
 // while Cluster API has not finished the Machine's update (the UpdateMachine hook sees the node's
 // upgrade done only at its next call): no other Machine can have started updating then, so
-// killing the member leaves two of three healthy. It fails the test rather than kill the member
+// stopping the member leaves two of three healthy. It fails the test rather than stop the member
 // once the window has passed.
-func (c *cpCluster) killEtcdOnceRebooted(m *clusterv1.Machine, image string, timeout time.Duration) *clusterv1.Machine {
+func (c *cpCluster) stopEtcdOnceRebooted(m *clusterv1.Machine, image string, timeout time.Duration) *clusterv1.Machine {
 	c.t.Helper()
 	node := c.nodeOf(*m)
 	deadline := time.Now().Add(timeout)
@@ -200,12 +200,15 @@ func (c *cpCluster) killEtcdOnceRebooted(m *clusterv1.Machine, image string, tim
 	for i := range machines {
 		switch {
 		case machines[i].Name == m.Name && !machineUpdating(&machines[i]):
-			c.t.Fatalf("Machine %s finished its update before its etcd member could be killed: the window was missed", m.Name)
+			c.t.Fatalf("Machine %s finished its update before its etcd member could be stopped: the window was missed", m.Name)
 		case machines[i].Name != m.Name && machineUpdating(&machines[i]):
 			c.t.Fatalf("Machine %s is updating while Machine %s still is", machines[i].Name, m.Name)
 		}
 	}
-	if err := node.KillEtcd(); err != nil {
+	// Stopped, not killed: a killed leader leaves the others without one until they elect
+	// another, which the voter samples would count against the update, while the stop hands
+	// leadership over (etcd's own graceful stop) and leaves exactly two healthy voters.
+	if err := node.StopEtcd(); err != nil {
 		c.t.Fatal(err)
 	}
 	return m

@@ -487,7 +487,7 @@ func (c *Cluster) stopProcesses() {
 	}
 	c.mu.Unlock()
 	for _, e := range servers {
-		e.shutdown()
+		e.shutdown(0)
 	}
 }
 

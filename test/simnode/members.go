@@ -210,16 +210,24 @@ func (e *etcdServer) waitServing(ctx context.Context, timeout time.Duration) err
 }
 
 // kill stops the member's process at once.
-func (e *etcdServer) kill() {
+func (e *etcdServer) kill() { e.stop(0) }
+
+// stop ends the member's process: with SIGTERM and up to grace to end (SIGKILL then), as an
+// init system stops a service, or at once (grace 0), as a crash or a power cut does. A leader
+// that stops on SIGTERM hands its leadership to a peer first (etcd v3.6 etcdmain's interrupt
+// handler closes the embedded server, and etcdserver's Stop "transfers its leadership to one of
+// its peers"); a killed one does not, and its peers elect a new one after an election timeout.
+func (e *etcdServer) stop(grace time.Duration) {
 	e.mu.Lock()
 	p := e.proc
 	e.mu.Unlock()
-	p.stop(0)
+	p.stop(grace)
 }
 
-// shutdown kills the member and stops listening on its peer address: its machine is off.
-func (e *etcdServer) shutdown() {
-	e.kill()
+// shutdown stops the member (see stop) and stops listening on its peer address: its machine is
+// off.
+func (e *etcdServer) shutdown(grace time.Duration) {
+	e.stop(grace)
 	e.mu.Lock()
 	proxy := e.proxy
 	e.proxy = nil

@@ -310,7 +310,7 @@ func (n *Node) stop() {
 	// The machine is gone: so is its etcd process. Its membership stays until someone removes
 	// it, as with a real machine that is switched off.
 	if e := n.etcdServer(); e != nil {
-		e.shutdown()
+		e.shutdown(0)
 	}
 	n.dropVIP()
 	n.mu.Lock()
@@ -1186,8 +1186,15 @@ func (n *Node) ensureEtcd(p *plan, name string, ca pki.KeyPair) (*etcdServer, er
 
 // KillEtcd kills the node's etcd process, as a crashed or OOM-killed etcd: the node's kubelet
 // keeps reporting Ready and the distribution's objects (EtcdMember, Node annotations) keep
-// saying the member joined. It stays down until StartEtcd.
-func (n *Node) KillEtcd() error {
+// saying the member joined. It stays down until StartEtcd. A killed leader leaves its peers
+// without a leader until they elect one (StopEtcd does not).
+func (n *Node) KillEtcd() error { return n.haltEtcd(0) }
+
+// StopEtcd stops the node's etcd process as an operator or init system does (SIGTERM): a leader
+// hands its leadership over before it goes. Otherwise as KillEtcd.
+func (n *Node) StopEtcd() error { return n.haltEtcd(rebootStopGrace) }
+
+func (n *Node) haltEtcd(grace time.Duration) error {
 	e := n.etcdServer()
 	if e == nil {
 		return errNoEtcd
@@ -1195,7 +1202,7 @@ func (n *Node) KillEtcd() error {
 	e.mu.Lock()
 	e.killed = true
 	e.mu.Unlock()
-	e.kill()
+	e.stop(grace)
 	return nil
 }
 
@@ -1224,7 +1231,7 @@ func (n *Node) PowerOff(context.Context) error {
 		e.mu.Lock()
 		e.killed = true
 		e.mu.Unlock()
-		e.shutdown()
+		e.shutdown(0)
 	}
 	n.dropVIP()
 	n.stopKubelet()

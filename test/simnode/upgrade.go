@@ -361,13 +361,19 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// rebootStopGrace is how long a rebooting node's etcd gets to stop on SIGTERM: a reboot stops
+// services the way systemd does, SIGTERM first and SIGKILL only after the unit's stop timeout
+// (90 s by default, systemd.service TimeoutStopSec); etcd needs far less.
+const rebootStopGrace = 10 * time.Second
+
 // shutdownForReboot stops the node's kubelet, its part in the virtual IP and its etcd process; the
-// member's data directory, certificates and membership stay.
+// member's data directory, certificates and membership stay. etcd stops as in a reboot, on
+// SIGTERM, so a leader hands its leadership over before it goes.
 func (n *Node) shutdownForReboot() {
 	n.stopKubelet()
 	n.dropVIP()
 	if e := n.etcdServer(); e != nil {
-		e.shutdown()
+		e.shutdown(rebootStopGrace)
 	}
 }
 

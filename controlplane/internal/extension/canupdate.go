@@ -28,6 +28,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	runtimehooksv1 "sigs.k8s.io/cluster-api/api/runtime/hooks/v1alpha1"
+
+	"github.com/kairos-capi/kairos-capi/common/syntax"
 )
 
 // What the extension recognises as the Kairos bootstrap provider's objects.
@@ -216,13 +218,24 @@ func compare(cmp comparison, curMachine, desMachine, curBoot, desBoot, curInfra,
 	}
 
 	// The image.
-	imageChanges := false
+	imageChanges, imageMismatch := false, false
 	if kairos {
 		if ops := fieldOps(cmp.bootstrapSpecPath, curBS, desBS, imageField); len(ops) > 0 {
 			desImage := str(desBS, imageField)
-			if desImage == "" {
+			desVersion := str(desMS, versionField)
+			img, parsed := syntax.ParseKairosImage(desImage)
+			switch {
+			case desImage == "":
 				p.refused = append(p.refused, fmt.Sprintf("%s spec.image removed: an upgrade needs an image to write to the node", cmp.bootstrapKind))
-			} else {
+			case parsed && desVersion != "" && !syntax.ImageShipsVersion(img.SoftwareVersion(), desVersion):
+				// The KairosControlPlane's webhook refuses such a pair; a MachineDeployment's version
+				// and its KairosConfigTemplate's image meet only here. Upgraded anyway, the node
+				// would refuse to start the distribution (and fall back), or the update would
+				// wait for a kubelet version that never comes.
+				imageMismatch = true
+				p.refused = append(p.refused, fmt.Sprintf("%s spec.image %q ships %s %s, but the %s spec.version is %s: the node would refuse to start it; use the image of %s",
+					cmp.bootstrapKind, desImage, img.Distribution, img.SoftwareVersion(), cmp.machineWhat, desVersion, desVersion))
+			default:
 				imageChanges = true
 				if _, ok := at(curBoot, cmp.bootstrapSpecPath); !ok {
 					// The current object has no spec at all (nothing else set): add it whole.
@@ -244,6 +257,7 @@ func compare(cmp comparison, curMachine, desMachine, curBoot, desBoot, curInfra,
 		switch {
 		case !kairos:
 			p.refused = append(p.refused, cmp.machineWhat+" spec.version changed on a Machine that is not bootstrapped by Kairos")
+		case imageMismatch: // said above
 		case !imageChanges:
 			p.refused = append(p.refused, fmt.Sprintf("%s spec.version changed without a new %s spec.image: on Kairos, k0s and k3s ship inside the OS image, so the version changes in place only with the image that carries it",
 				cmp.machineWhat, cmp.bootstrapKind))

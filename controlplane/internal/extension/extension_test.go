@@ -247,6 +247,18 @@ func TestCanUpdateMachineSet(t *testing.T) {
 			t.Errorf("message %q lacks %q", resp.Message, want)
 		}
 	}
+
+	// A MachineDeployment's version and its template's image meet only here (no webhook sees
+	// both): an image that does not ship the version is not written to the nodes.
+	wrongImage := strings.Replace(newImage, "k3sv1.37.0", "k3sv1.37.1", 1)
+	resp = call(tmpl(oldImage, nil), tmpl(wrongImage, nil), infraT(2), infraT(2))
+	if resp.MachineSetPatch.IsDefined() || resp.BootstrapConfigTemplatePatch.IsDefined() {
+		t.Errorf("patches for an image that does not ship the version: machineset %s, template %s", resp.MachineSetPatch.Patch, resp.BootstrapConfigTemplatePatch.Patch)
+	}
+	want := `KairosConfigTemplate spec.image "` + wrongImage + `" ships k3s v1.37.1+k3s1, but the MachineSet template spec.version is v1.37.0: the node would refuse to start it`
+	if !strings.Contains(resp.Message, want) || strings.Contains(resp.Message, "without a new") {
+		t.Errorf("message %q, want it to say %q (and only that about the version)", resp.Message, want)
+	}
 }
 
 func ptrTo[T any](v T) *T { return &v }

@@ -32,6 +32,7 @@ func guard() (code int, guarded bool) {
 	signal.Ignore(syscall.SIGPIPE)
 	interrupts := make(chan os.Signal, 2)
 	signal.Notify(interrupts, os.Interrupt, syscall.SIGTERM)
+	defer takeTerminal()()
 	self, err := os.Executable()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox:", err)
@@ -126,4 +127,30 @@ func outputClosed(f *os.File) bool {
 	fds := []unix.PollFd{{Fd: int32(f.Fd())}}
 	n, err := unix.Poll(fds, 0)
 	return err == nil && n > 0 && fds[0].Revents&(unix.POLLERR|unix.POLLHUP) != 0
+}
+
+// takeTerminal puts the sandbox in a process group of its own in the foreground of its terminal,
+// as a shell does with a job, and returns what gives the terminal back. Ctrl-C then interrupts
+// the sandbox alone: make, which runs it, would otherwise get the SIGINT too and end by it
+// (status 130) whatever the sandbox returns, since GNU make re-raises a fatal signal once its
+// children are done. A sandbox stopped by Ctrl-C is a normal end: exit 0, no make error. Without
+// a terminal, or when not in its foreground (make ... &), nothing changes.
+func takeTerminal() (giveBack func()) {
+	fd := int(os.Stdin.Fd())
+	foreground, err := unix.IoctlGetInt(fd, unix.TIOCGPGRP)
+	if err != nil || foreground != unix.Getpgrp() {
+		return func() {}
+	}
+	if err := unix.Setpgid(0, 0); err != nil {
+		return func() {}
+	}
+	// A process outside the foreground group that changes it gets SIGTTOU (tcsetpgrp(3)), which
+	// would stop it: the guard is such a process right after Setpgid and again when it gives the
+	// terminal back.
+	signal.Ignore(syscall.SIGTTOU)
+	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, unix.Getpgrp()); err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox: cannot take the terminal's foreground, Ctrl-C reaches make too:", err)
+		return func() {}
+	}
+	return func() { _ = unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, foreground) }
 }

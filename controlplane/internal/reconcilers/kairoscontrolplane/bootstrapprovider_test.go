@@ -27,6 +27,10 @@ func TestReleaseSkewProblem(t *testing.T) {
 		{"v0.2.0", "v0.1.0", ""},
 		{"v0.2.0", "v0.3.5", ""},
 		{"v0.2.3", "v0.2.0-rc.1", ""},
+		// Pre-release and snapshot bootstrap providers are exempt, even where their version alone
+		// would be outside the policy (v0.4.x against v0.2.x).
+		{"v0.2.0", "v0.4.0-rc.1", ""},
+		{"v0.2.0", "v0.4.1-dev+3f3b205", ""},
 		{"v0.2.0", "v0.4.0", "works with bootstrap v0.1.x to v0.3.x: upgrade the control-plane provider"},
 		{"v0.3.0", "v0.1.2", "works with bootstrap v0.2.x to v0.4.x: upgrade the bootstrap provider"},
 		{"v0.0.9", "v0.2.0", "works with bootstrap v0.0.x to v0.1.x"},

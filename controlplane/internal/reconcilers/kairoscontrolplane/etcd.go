@@ -86,6 +86,21 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	member := s.etcd.memberOf(m)
+	if len(s.etcd.orphans()) > 0 && s.orphansRemovable() {
+		// No Machine that is coming up can host the members that match none: they are strays, or
+		// the member of this Machine where it cannot be matched. Either way they may go while
+		// etcd keeps quorum without them; until they are gone, quorumWithout keeps every other
+		// member (reconcileEtcdMembers, which removes strays otherwise, waits for deletions).
+		orphan, err := r.removeOrphanMember(ctx, s)
+		if err != nil {
+			s.blockLeave("the etcd member of Machine %s does not leave yet: %v", m.Name, err)
+			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+		}
+		if orphan != nil {
+			s.wait("removed etcd member %s, which matched no Machine, before the member of Machine %s leaves", orphan, m.Name)
+			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+		}
+	}
 	// A Machine that hosts no member and may not host an unmatched one takes nothing from etcd.
 	if member != nil || len(s.etcd.orphans()) > 0 {
 		if ok, why := s.quorumWithout(m); !ok {
@@ -93,11 +108,11 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 			// handed to the distribution is taken back, or the distribution would carry it out.
 			if member != nil {
 				if err := r.withdrawLeave(ctx, s, member); err != nil {
-					s.wait("the etcd member of Machine %s must not leave (%s), and its leave request could not be withdrawn: %v", m.Name, why, err)
+					s.blockLeave("the etcd member of Machine %s must not leave (%s), and its leave request could not be withdrawn: %v", m.Name, why, err)
 					return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 				}
 			}
-			s.wait("the etcd member of Machine %s does not leave: %s", m.Name, why)
+			s.blockLeave("the etcd member of Machine %s does not leave: %s", m.Name, why)
 			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 		}
 	}
@@ -109,7 +124,7 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 	}
 	force := c.LastTransitionTime.Add(leaveGrace).Before(s.reconcileTime)
 	if err := r.removeMember(ctx, s, member, force); err != nil {
-		s.wait("cannot remove the etcd member of Machine %s: %v", m.Name, err)
+		s.blockLeave("cannot remove the etcd member of Machine %s: %v", m.Name, err)
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	log.Info("Waiting for the etcd member to leave", "member", member.String())
@@ -304,25 +319,15 @@ func (r *Reconciler) removeMemberFromEtcd(ctx context.Context, s *scope, member 
 // members that are gone. Only when the control plane is settled: a Machine that is still
 // provisioning may host a member that cannot be matched yet.
 func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, s *scope) (ctrl.Result, error) {
-	if !s.etcd.known() || s.deletingMachines().Len() > 0 || !s.cluster.DeletionTimestamp.IsZero() {
+	if !s.etcd.known() || s.deletingMachines().Len() > 0 || !s.cluster.DeletionTimestamp.IsZero() || !s.orphansRemovable() {
 		return ctrl.Result{}, nil
 	}
-	for _, m := range s.activeMachines() {
-		if !m.Status.NodeRef.IsDefined() || s.etcd.memberOf(m) == nil {
-			return ctrl.Result{}, nil
-		}
+	orphan, err := r.removeOrphanMember(ctx, s)
+	if err != nil {
+		s.etcdLeaveMessages = append(s.etcdLeaveMessages, err.Error())
+		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
-	log := ctrl.LoggerFrom(ctx)
-	for _, orphan := range s.etcd.orphans() {
-		if ok, why := s.targetQuorum(orphan, false); !ok {
-			s.etcdCleanupMessages = append(s.etcdCleanupMessages, fmt.Sprintf("etcd member %s belongs to no Machine but is not removed: %s", orphan, why))
-			continue
-		}
-		log.Info("Removing an etcd member that belongs to no control-plane Machine", "member", orphan.String(), "peer", orphan.PeerHost)
-		if err := r.removeMemberFromEtcd(ctx, s, orphan); err != nil {
-			s.etcdCleanupMessages = append(s.etcdCleanupMessages, err.Error())
-			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
-		}
+	if orphan != nil {
 		s.wait("removed etcd member %s, which belonged to no Machine", orphan)
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
@@ -330,6 +335,36 @@ func (r *Reconciler) reconcileEtcdMembers(ctx context.Context, s *scope) (ctrl.R
 		return ctrl.Result{}, r.deleteStaleK0sObjects(ctx, s)
 	}
 	return ctrl.Result{}, nil
+}
+
+// orphansRemovable tells whether the members that match no Machine can be told apart from the
+// members of Machines still coming up: every active Machine has its Node and its member. (A
+// Machine that is still provisioning may host a member that cannot be matched yet.)
+func (s *scope) orphansRemovable() bool {
+	for _, m := range s.activeMachines() {
+		if !m.Status.NodeRef.IsDefined() || s.etcd.memberOf(m) == nil {
+			return false
+		}
+	}
+	return true
+}
+
+// removeOrphanMember removes the first member that matches no Machine and can leave while etcd
+// keeps quorum, and returns it (nil when none could go); what keeps the others is recorded for
+// EtcdClusterHealthy.
+func (r *Reconciler) removeOrphanMember(ctx context.Context, s *scope) (*etcdMember, error) {
+	for _, orphan := range s.etcd.orphans() {
+		if ok, why := s.targetQuorum(orphan, false); !ok {
+			s.etcdLeaveMessages = append(s.etcdLeaveMessages, fmt.Sprintf("etcd member %s belongs to no Machine but is not removed: %s", orphan, why))
+			continue
+		}
+		ctrl.LoggerFrom(ctx).Info("Removing an etcd member that belongs to no control-plane Machine", "member", orphan.String(), "peer", orphan.PeerHost)
+		if err := r.removeMemberFromEtcd(ctx, s, orphan); err != nil {
+			return nil, err
+		}
+		return orphan, nil
+	}
+	return nil, nil
 }
 
 // deleteStaleK0sObjects deletes the EtcdMember and autopilot ControlNode objects of controllers

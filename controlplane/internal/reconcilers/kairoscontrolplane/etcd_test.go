@@ -231,6 +231,10 @@ func TestReconcilePreTerminateHooks(t *testing.T) {
 		wantLeave   bool
 		wantRemoved bool
 		wantWait    string
+		// wantMembers, when set, are etcd's members after the reconciliation; wantLeaveMessage
+		// is what EtcdClusterHealthy is told about a member held back.
+		wantMembers      []string
+		wantLeaveMessage string
 	}{
 		{name: "nothing deleting",
 			setup:    func(f *fixture) { f.machine("m1", time.Hour); f.machine("m2", time.Hour) },
@@ -331,6 +335,39 @@ func TestReconcilePreTerminateHooks(t *testing.T) {
 				f.member("m3").state = memberDown
 			},
 			wantHook: true, wantWait: "Machine m1 matches no etcd member, but etcd member(s) controller-7f3a match no Machine: it may host one of them"},
+		{name: "a member that matches no Machine is no voter to count on: hook kept, nothing asked",
+			// m3's controller joined etcd before its Machine had an address or a Node. Counted as
+			// healthy, its member would let m1's go (2 of 2); but it is m3's, and m3 may be the
+			// next to go (a failed start, an MHC).
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Minute, withoutAddresses(), withoutNode())
+				f.etcd.add("controller-7f3a", "10.0.7.7")
+			},
+			wantHook: true, wantMembers: []string{"controller-7f3a", "m1", "m2"},
+			wantWait:         "the etcd member of Machine m1 does not leave: etcd member(s) controller-7f3a match no Machine, so their votes are not counted on",
+			wantLeaveMessage: "the etcd member of Machine m1 does not leave: etcd member(s) controller-7f3a match no Machine"},
+		{name: "a stray member that no Machine coming up can host is removed first, then the hook goes on",
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.etcd.add("stray", "10.0.9.9")
+			},
+			wantHook: true, wantRemoved: true, wantMembers: []string{"m1", "m2", "m3"},
+			wantWait: "removed etcd member stray, which matched no Machine, before the member of Machine m1 leaves"},
+		{name: "the deleted Machine's own member, unmatched, is removed while quorum holds without it",
+			// Without this the hook (which waits for every member to be matched) and the removal of
+			// members matching no Machine (which waits for deletions to end) would wait for each other.
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting), withoutAddresses(), withoutNode())
+				f.etcd.add("controller-7f3a", "10.0.7.7")
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+			},
+			wantHook: true, wantRemoved: true, wantMembers: []string{"m2", "m3"},
+			wantWait: "removed etcd member controller-7f3a, which matched no Machine, before the member of Machine m1 leaves"},
 		{name: "k0s: a leave already asked for is withdrawn when quorum would not survive it",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
@@ -433,8 +470,12 @@ func TestReconcilePreTerminateHooks(t *testing.T) {
 				t.Errorf("member removed from etcd = %v (members %v, before %v), want %v", removed, f.etcd.names(), before, tc.wantRemoved)
 			}
 			if removed && (slices.Contains(f.etcd.names(), "m2") == false || len(before)-len(f.etcd.names()) != 1) {
-				t.Errorf("members after removal = %v: only m1's may go", f.etcd.names())
+				t.Errorf("members after removal = %v: only one may go, never m2's", f.etcd.names())
 			}
+			if tc.wantMembers != nil && !slices.Equal(f.etcd.names(), tc.wantMembers) {
+				t.Errorf("members = %v, want %v", f.etcd.names(), tc.wantMembers)
+			}
+			containsAll(t, "EtcdClusterHealthy messages", strings.Join(s.etcdLeaveMessages, "\n"), tc.wantLeaveMessage)
 			if tc.name == "the oldest deletion first" && !hasHook(e.getMachine("m2")) {
 				t.Error("m2 lost its hook before m1's member left")
 			}
@@ -533,7 +574,7 @@ func TestReconcileEtcdMembers(t *testing.T) {
 			if got := f.etcd.names(); !slices.Equal(got, tc.wantMembers) {
 				t.Errorf("members = %v, want %v", got, tc.wantMembers)
 			}
-			containsAll(t, "cleanup messages", strings.Join(s.etcdCleanupMessages, "\n"), tc.wantMessage)
+			containsAll(t, "cleanup messages", strings.Join(s.etcdLeaveMessages, "\n"), tc.wantMessage)
 			if tc.wantK0sObjs != nil {
 				for _, gvk := range []string{"EtcdMember", "ControlNode"} {
 					list := &unstructured.UnstructuredList{}

@@ -99,18 +99,21 @@ func (s *scope) etcdProblems() []string {
 }
 
 // quorumWithout tells whether etcd keeps quorum when Machine m and its etcd member go, and if
-// not, why. A Machine with no member of its own may still host one of the members that match no
-// Machine (a k0s controller joins etcd before its Machine has an address or a Node, and a
-// member name the matcher does not recognise matches nothing), so while any member is unmatched
-// such a Machine is assumed to host one: the check fails closed. KubeadmControlPlane counts
-// unmatched members as healthy voters instead, which lets a removal take a running member with it.
+// not, why. While any member matches no Machine the check fails closed. A Machine with no member
+// of its own may host one of them (a k0s controller joins etcd before its Machine has an address
+// or a Node, and a member name the matcher does not recognise matches nothing); and an unmatched
+// member is no voter to count on, whatever its health: it may be the member of a Machine that
+// is coming up, or going away, on a node nobody watches. KubeadmControlPlane counts unmatched
+// members as healthy voters instead, which lets a removal take quorum with it.
 func (s *scope) quorumWithout(m *clusterv1.Machine) (bool, string) {
 	member := s.etcd.memberOf(m)
-	if member == nil {
-		if orphans := s.etcd.orphans(); len(orphans) > 0 {
+	if orphans := s.etcd.orphans(); len(orphans) > 0 {
+		if member == nil {
 			return false, fmt.Sprintf("Machine %s matches no etcd member, but etcd member(s) %s match no Machine: it may host one of them, so it is not removed until every member is matched to a Machine (its addresses or its Node name)",
 				m.Name, memberNames(orphans))
 		}
+		return false, fmt.Sprintf("etcd member(s) %s match no Machine, so their votes are not counted on: no member leaves until every member is matched to a Machine (its addresses or its Node name) or removed",
+			memberNames(orphans))
 	}
 	return s.targetQuorum(member, false)
 }

@@ -70,9 +70,11 @@ type scope struct {
 	remediationMessages []string
 	remediationReason   string
 	remediationRequeue  time.Duration
-	etcdCleanupMessages []string
-	deletingReason      string
-	deletingMessage     string
+	// etcdLeaveMessages say why etcd members that should leave (those of deleting Machines, and
+	// those that match no Machine) do not, for EtcdClusterHealthy.
+	etcdLeaveMessages []string
+	deletingReason    string
+	deletingMessage   string
 	// inPlaceMessage says which path the rollout took for the Machine it acted on, when in-place
 	// updates were considered: updated in place, or replaced and why.
 	inPlaceMessage string
@@ -85,6 +87,14 @@ type scope struct {
 // provider's scope has the same verb: wait says why the phases stop, stop says nothing).
 func (s *scope) wait(format string, args ...any) {
 	s.halted, s.waitMessage = true, fmt.Sprintf(format, args...)
+}
+
+// blockLeave is wait for an etcd member that must not or cannot leave: the reason also goes to
+// EtcdClusterHealthy, where it is seen whatever the replica counts say (while a rollout's old
+// Machine is deleted they match, and ScalingUp and ScalingDown, which show waits, are False).
+func (s *scope) blockLeave(format string, args ...any) {
+	s.wait(format, args...)
+	s.etcdLeaveMessages = append(s.etcdLeaveMessages, s.waitMessage)
 }
 
 // Halted tells the phase runner whether a phase stopped the ones after it.

@@ -203,7 +203,7 @@ func setEtcdClusterHealthyCondition(s *scope) {
 			}
 		}
 		problems = append(problems, s.etcdProblems()...)
-		problems = append(problems, s.etcdCleanupMessages...)
+		problems = append(problems, s.etcdLeaveMessages...)
 		if len(problems) > 0 {
 			c.Status, c.Reason, c.Message = metav1.ConditionFalse, controlplanev1.EtcdClusterNotHealthyReason, bullets(dedupe(problems))
 		} else {

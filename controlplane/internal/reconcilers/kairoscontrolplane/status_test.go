@@ -505,7 +505,7 @@ func TestSetEtcdClusterHealthyCondition(t *testing.T) {
 		{name: "what the member cleanup could not do, once",
 			setup: settled,
 			observe: func(s *scope) {
-				s.etcdCleanupMessages = []string{"cannot remove etcd member x: timeout", "cannot remove etcd member x: timeout"}
+				s.etcdLeaveMessages = []string{"cannot remove etcd member x: timeout", "cannot remove etcd member x: timeout"}
 			},
 			want: metav1.Condition{Status: metav1.ConditionFalse, Reason: controlplanev1.EtcdClusterNotHealthyReason,
 				Message: "cannot remove etcd member x: timeout"}},
