@@ -390,9 +390,14 @@ func TestControlPlaneWithWorkers(t *testing.T) {
 				}
 				return nil
 			})
-			if err := wl.Get(c.ctx, client.ObjectKey{Name: platformNamespace}, &corev1.Namespace{}); err != nil {
-				t.Errorf("the control plane's manifest was not applied: %v", err)
-			}
+			// A control-plane node applies its manifests once its kubelet registered (the
+			// distribution's applier), so the Nodes can come first.
+			framework.Eventually(t, time.Minute, func() error {
+				if err := wl.Get(c.ctx, client.ObjectKey{Name: platformNamespace}, &corev1.Namespace{}); err != nil {
+					return fmt.Errorf("the control plane's manifest was not applied: %w", err)
+				}
+				return nil
+			})
 
 			// Metadata and deletion timeouts reach the existing Machine (and its KairosConfig)
 			// without replacing it.

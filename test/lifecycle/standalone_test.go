@@ -159,14 +159,11 @@ func TestStandaloneControlPlaneAndWorkers(t *testing.T) {
 				return nil
 			})
 
-			// Every node wrote the bootstrap sentinel; workers were told to register tainted.
+			// Workers were told to register tainted.
 			for _, m := range machines {
 				n := tc.Node(m.Spec.InfrastructureRef.Name)
 				if n == nil {
 					t.Fatalf("no simulated node for Machine %s", m.Name)
-				}
-				if !n.SentinelExists() {
-					t.Errorf("node of Machine %s has no %s", m.Name, render.SentinelPath)
 				}
 				if n.Role() == render.RoleWorker {
 					if !bootstrapArgsContain(t, ctx, m, render.UninitializedTaint) {
@@ -174,11 +171,21 @@ func TestStandaloneControlPlaneAndWorkers(t *testing.T) {
 					}
 				}
 			}
-
-			// The manifest of the control-plane KairosConfig was applied.
-			if err := wl.Get(ctx, client.ObjectKey{Name: platformNamespace}, &corev1.Namespace{}); err != nil {
-				t.Errorf("namespace %s from the control-plane manifests: %v", platformNamespace, err)
-			}
+			// Every node writes the bootstrap sentinel, and the control-plane node applies the
+			// manifests of its KairosConfig. Both come after the kubelet registered (the
+			// distribution's manifest applier and the bootstrap unit run once it is up), so a
+			// Machine can be Running before: wait for them, as Cluster API does not.
+			framework.Eventually(t, time.Minute, func() error {
+				for _, m := range machines {
+					if n := tc.Node(m.Spec.InfrastructureRef.Name); !n.SentinelExists() {
+						return fmt.Errorf("node of Machine %s has no %s: %s", m.Name, render.SentinelPath, n)
+					}
+				}
+				if err := wl.Get(ctx, client.ObjectKey{Name: platformNamespace}, &corev1.Namespace{}); err != nil {
+					return fmt.Errorf("namespace %s from the control-plane manifests: %w", platformNamespace, err)
+				}
+				return nil
+			})
 			members := tc.SimCluster(ctx).EtcdMembers()
 			if len(members) != 1 {
 				t.Errorf("etcd members %+v, want the control-plane node only", members)
