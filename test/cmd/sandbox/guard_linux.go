@@ -145,10 +145,11 @@ func takeTerminal() (giveBack func()) {
 		return func() {}
 	}
 	// A process outside the foreground group that changes it gets SIGTTOU (tcsetpgrp(3)), which
-	// would stop it: the guard is such a process right after Setpgid and again when it gives the
-	// terminal back.
+	// would stop it: the guard is such a process right after Setpgid.
 	signal.Ignore(syscall.SIGTTOU)
 	if err := unix.IoctlSetPointerInt(fd, unix.TIOCSPGRP, unix.Getpgrp()); err != nil {
+		// Back into make's group, which Ctrl-C reaches: the sandbox still stops, make ends by it.
+		_ = unix.Setpgid(0, foreground)
 		fmt.Fprintln(os.Stderr, "sandbox: cannot take the terminal's foreground, Ctrl-C reaches make too:", err)
 		return func() {}
 	}
