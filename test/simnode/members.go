@@ -83,7 +83,6 @@ type etcdServer struct {
 	mu      sync.Mutex
 	proc    *process
 	args    []string
-	killed  bool // KillEtcd: stays down until StartEtcd
 	removed bool // removed from the cluster: its etcd has exited for good
 }
 
@@ -182,7 +181,7 @@ func (e *etcdServer) run() error {
 	if err != nil {
 		return err
 	}
-	e.proc, e.killed = p, false
+	e.proc = p
 	return nil
 }
 

@@ -1199,9 +1199,6 @@ func (n *Node) haltEtcd(grace time.Duration) error {
 	if e == nil {
 		return errNoEtcd
 	}
-	e.mu.Lock()
-	e.killed = true
-	e.mu.Unlock()
 	e.stop(grace)
 	return nil
 }
@@ -1228,9 +1225,6 @@ func (n *Node) PartitionEtcd(cut bool) error {
 // Unknown once its grace period passed (reason NodeStatusUnknown), as in reality.
 func (n *Node) PowerOff(context.Context) error {
 	if e := n.etcdServer(); e != nil {
-		e.mu.Lock()
-		e.killed = true
-		e.mu.Unlock()
 		e.shutdown(0)
 	}
 	n.dropVIP()
