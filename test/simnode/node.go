@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -142,8 +143,9 @@ type Node struct {
 	cluster *Cluster
 	// injectedInitFailure records that FailFirstInitAfterAPIServer fired.
 	injectedInitFailure atomic.Bool
-	// bootAttempts counts the attempts to start or join the distribution.
-	bootAttempts atomic.Int32
+	// bootFailures are the errors of the failed attempts to start or join the distribution, in
+	// order (guarded by mu).
+	bootFailures []string
 	// etcd is the node's etcd member (control-plane nodes).
 	etcd   *etcdServer
 	cancel context.CancelFunc
@@ -382,11 +384,13 @@ func (n *Node) run(ctx context.Context) {
 
 	backoff := time.Second
 	for {
-		n.bootAttempts.Add(1)
 		err := n.boot(ctx, p, name, installed)
 		if err == nil {
 			break
 		}
+		n.mu.Lock()
+		n.bootFailures = append(n.bootFailures, err.Error())
+		n.mu.Unlock()
 		if ctx.Err() != nil {
 			return
 		}
@@ -1148,8 +1152,13 @@ func (n *Node) RunCloudNodeController(ctx context.Context, id string) error {
 	return c.client.Patch(ctx, node, patch)
 }
 
-// BootAttempts is how many times the node tried to start or join its distribution.
-func (n *Node) BootAttempts() int { return int(n.bootAttempts.Load()) }
+// BootFailures are the errors of the node's failed attempts to start or join its distribution,
+// in order.
+func (n *Node) BootFailures() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return slices.Clone(n.bootFailures)
+}
 
 // etcdServer returns the node's etcd member, or nil.
 func (n *Node) etcdServer() *etcdServer {
