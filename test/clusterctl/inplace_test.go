@@ -24,6 +24,7 @@ import (
 	clusterctlclient "sigs.k8s.io/cluster-api/cmd/clusterctl/client"
 	clusterctlconfig "sigs.k8s.io/cluster-api/cmd/clusterctl/client/config"
 
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/render"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/test/framework"
@@ -37,7 +38,7 @@ const inPlaceVersion = "v1.37.0"
 // TestControlPlaneManagerKilledDuringInPlaceUpdate (issue 20, e): the control-plane manager (a
 // process of this tree's release, installed by clusterctl with EXP_IN_PLACE_UPDATES=true, serving
 // the Kairos update extension registered with the ExtensionConfig the provider ships) is killed
-// with SIGKILL twice while a single-node k0s control plane is updated in place to the next
+// with SIGKILL twice while a single-node control plane is updated in place to the next
 // minor version and Kairos image, and started again each time, as a Deployment would:
 //
 //  1. the moment the control plane has marked the Machine for the update (update-in-progress
@@ -48,14 +49,24 @@ const inPlaceVersion = "v1.37.0"
 //
 // The update must resume and finish on the same Machine, Node and etcd member, with the node
 // rebooted into the new image exactly once, no Machine created or deleted, and neither the
-// update-in-progress annotation nor a pending hook left behind. One distribution: what is killed
-// is the management side, which does not differ between k0s and k3s (their in-place updates are
-// TestSingleNodeUpgradesInPlace's, in test/lifecycle).
+// update-in-progress annotation nor a pending hook left behind. k0s and k3s: what is killed is
+// the management side, but the node it resumes on reports its image, kubelet version and etcd
+// member as its distribution does.
 func TestControlPlaneManagerKilledDuringInPlaceUpdate(t *testing.T) {
-	slots.Parallel(t)
+	// Each distribution takes a slot of its own (below); the test itself only starts them.
+	t.Parallel()
+	for _, dist := range []bootstrapv1.Distribution{bootstrapv1.DistributionK0s, bootstrapv1.DistributionK3s} {
+		t.Run(string(dist), func(t *testing.T) {
+			slots.Parallel(t)
+			killDuringInPlaceUpdate(t, dist)
+		})
+	}
+}
+
+func killDuringInPlaceUpdate(t *testing.T, dist bootstrapv1.Distribution) {
 	ctx := framework.Context(t)
-	x := startInPlace(t)
-	x.createSingleNodeCluster(t)
+	x := startInPlace(t, string(dist))
+	x.createSingleNodeCluster(t, dist)
 	start := time.Now()
 	before := x.settled(t, 1)[0]
 	t.Logf("single-node control plane ready in %s", time.Since(start).Round(time.Second))
@@ -81,7 +92,7 @@ func TestControlPlaneManagerKilledDuringInPlaceUpdate(t *testing.T) {
 	}
 	defer w.Stop()
 
-	newImage := simnode.KairosImage(render.K0s, inPlaceVersion)
+	newImage := simnode.KairosImage(render.Distribution(dist), inPlaceVersion)
 	start = time.Now()
 	x.updateControlPlane(t, func(s *controlplanev1.KairosControlPlaneSpec) {
 		s.Version = inPlaceVersion
@@ -184,10 +195,10 @@ func TestControlPlaneManagerKilledDuringInPlaceUpdate(t *testing.T) {
 // RuntimeSDK and InPlaceUpdates gates and its ExtensionConfig reconciler, and the
 // ExtensionConfig the control-plane provider ships (controlplane/config/extension) is applied
 // and pointed at the manager process, as the webhooks are.
-func startInPlace(t *testing.T) *mixedManagement {
+func startInPlace(t *testing.T, name string) *mixedManagement {
 	t.Helper()
 	ctx := framework.Context(t)
-	m := startManagement(t, "in-place")
+	m := startManagement(t, "in-place-"+name)
 	// The test repositories' configuration with EXP_IN_PLACE_UPDATES=true, read by a reader of
 	// this client's own: clusterctl's keeps what it reads in viper's process-global instance, so
 	// the other tests' clients, created side by side, would read this variable (and this one
@@ -250,12 +261,14 @@ func startInPlace(t *testing.T) *mixedManagement {
 	return x
 }
 
-// createSingleNodeCluster creates a k0s cluster of one control-plane Machine and no workers, on
-// the Kairos image of its version, that may not surge: the shape of a site's single device.
-func (x *mixedManagement) createSingleNodeCluster(t *testing.T) {
+// createSingleNodeCluster creates a cluster of one control-plane Machine and no workers, on the
+// Kairos image of its distribution and version, that may not surge: the shape of a site's single
+// device.
+func (x *mixedManagement) createSingleNodeCluster(t *testing.T, dist bootstrapv1.Distribution) {
 	t.Helper()
 	x.createControlPlaneCluster(t, "single", 1, func(s *controlplanev1.KairosControlPlaneSpec) {
-		s.KairosConfigSpec.Image = simnode.KairosImage(render.K0s, kubernetesVersionSim)
+		s.Distribution = dist
+		s.KairosConfigSpec.Image = simnode.KairosImage(render.Distribution(dist), kubernetesVersionSim)
 		s.Rollout.Strategy.RollingUpdate.MaxSurge = ptr.To(intstr.FromInt32(0))
 	})
 }
