@@ -129,12 +129,17 @@ func TestHAControlPlaneUpgradesInPlace(t *testing.T) {
 				t.Errorf("the workload API failed %d of %d probes: %s", len(apiFailures), probes, strings.Join(apiFailures, "; "))
 			}
 			if fewestVoters < 2 {
-				t.Errorf("etcd had %d healthy voters at one point (of %d samples): %s", fewestVoters, samples, votersAt)
+				t.Errorf("etcd had %d voters up at one point (of %d samples): %s", fewestVoters, samples, votersAt)
+			}
+			if d, at := voters.leaderless(); d > leaderlessLimit {
+				t.Errorf("an etcd member knew no leader for %s (more than %s): %s", d.Round(time.Millisecond), leaderlessLimit, at)
+			} else if at != "" {
+				t.Logf("a member knew no leader for %s at most (an election as leadership moved): %s", d.Round(time.Millisecond), at)
 			}
 			if len(learners) > 0 {
 				t.Errorf("etcd had learners, so a member joined again: %v", learners)
 			}
-			t.Logf("%d API probes, %d etcd samples, at least %d healthy voters", probes, samples, fewestVoters)
+			t.Logf("%d API probes, %d etcd samples, at least %d voters up", probes, samples, fewestVoters)
 
 			if m := sim.EtcdMembers(); !sameMembers(m, members) {
 				t.Errorf("etcd members after the update %+v, before %+v", m, members)
@@ -361,16 +366,35 @@ func (p *apiProbe) result() (failures []string, probes int) {
 }
 
 // voterSampler asks every etcd member for its status over and over (simnode.EtcdHealth) and
-// records the fewest healthy voting members seen at once.
+// records the fewest voting members up at once (answering; healthy, or leaderless during an
+// election) and the longest time some member that answered knew no leader.
+//
+// A member that knows no leader still holds its vote: when leadership moves (a leader stopped
+// for a reboot hands it over first) the followers other than the new leader know none until its
+// first append, a few hundred milliseconds at etcd's default election timeout of one second.
+// A sample in that window saw "1 healthy voter" of three in one run out of three (2026-11-28),
+// while two members were up and quorum held. What losing quorum looks like instead: fewer than
+// two members up, or no leader for longer than leaderlessLimit.
 type voterSampler struct {
 	mu       sync.Mutex
 	fewest   int
 	fewestAt string
 	samples  int
 	learners []string
-	stop     context.CancelFunc
-	done     chan struct{}
+	// leaderlessSince is when the current stretch of samples with a leaderless member began
+	// (zero when the last sample had none); longestLeaderless and its description the longest
+	// such stretch.
+	leaderlessSince   time.Time
+	longestLeaderless time.Duration
+	leaderlessAt      string
+	stop              context.CancelFunc
+	done              chan struct{}
 }
+
+// leaderlessLimit is how long an election may leave a member without a leader before it counts
+// as lost quorum: a few election timeouts (etcd's default is one second), which a move of
+// leadership never takes and a cluster without quorum always exceeds.
+const leaderlessLimit = 5 * time.Second
 
 func sampleEtcdVoters(ctx context.Context, sim *simnode.Cluster) *voterSampler {
 	ctx, cancel := context.WithCancel(ctx)
@@ -382,22 +406,36 @@ func sampleEtcdVoters(ctx context.Context, sim *simnode.Cluster) *voterSampler {
 			if ctx.Err() != nil {
 				return
 			}
-			healthy := 0
+			now := time.Now()
+			up, leaderless := 0, false
 			var states []string
 			for _, m := range health {
-				if m.Healthy && !m.IsLearner {
-					healthy++
+				if (m.Healthy || m.Leaderless) && !m.IsLearner {
+					up++
 				}
+				leaderless = leaderless || m.Leaderless
 				state := "healthy"
 				if !m.Healthy {
 					state = m.Err
 				}
 				states = append(states, fmt.Sprintf("%s (%s): %s", m.Name, m.NodeName, state))
 			}
+			at := now.UTC().Format("15:04:05.000") + " " + strings.Join(states, "; ")
 			s.mu.Lock()
 			s.samples++
-			if healthy < s.fewest {
-				s.fewest, s.fewestAt = healthy, time.Now().UTC().Format("15:04:05.000")+" "+strings.Join(states, "; ")
+			if up < s.fewest {
+				s.fewest, s.fewestAt = up, at
+			}
+			switch {
+			case !leaderless:
+				s.leaderlessSince = time.Time{}
+			case s.leaderlessSince.IsZero():
+				s.leaderlessSince = now
+			}
+			if !s.leaderlessSince.IsZero() {
+				if d := now.Sub(s.leaderlessSince); d >= s.longestLeaderless {
+					s.longestLeaderless, s.leaderlessAt = d, at
+				}
 			}
 			for _, m := range health {
 				if m.IsLearner {
@@ -421,4 +459,12 @@ func (s *voterSampler) result() (fewest int, at string, samples int, learners []
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.fewest, s.fewestAt, s.samples, s.learners
+}
+
+// leaderless returns the longest stretch of samples in which some member knew no leader, and the
+// last sample of it ("" when there was none).
+func (s *voterSampler) leaderless() (time.Duration, string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.longestLeaderless, s.leaderlessAt
 }

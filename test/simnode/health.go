@@ -17,6 +17,10 @@ type EtcdMemberHealth struct {
 	Healthy bool
 	// IsLearner tells a learner, which does not vote.
 	IsLearner bool
+	// Leaderless tells that the member answered but knows no leader: an election is under way,
+	// as for an election timeout or two whenever leadership moves (a leader that stops hands it
+	// over first, and the other followers learn the new leader from its first append).
+	Leaderless bool
 	// Err is why the member is not healthy ("" when it is).
 	Err string
 }
@@ -58,7 +62,7 @@ func (c *Cluster) EtcdHealth(ctx context.Context, timeout time.Duration) []EtcdM
 				h.Err = serr.Error()
 			case resp.Leader == 0:
 				h.Err = "it knows no leader"
-				h.IsLearner = resp.IsLearner
+				h.IsLearner, h.Leaderless = resp.IsLearner, true
 			case len(resp.Errors) > 0:
 				h.Err = resp.Errors[0]
 				h.IsLearner = resp.IsLearner
