@@ -36,7 +36,8 @@ type StormOptions struct {
 	N     int
 	Fault Fault
 	// KillAt is how many configs must be ready before the manager is killed (default N/3); it
-	// is killed at the first moment after that when some config is between its two writes.
+	// is killed while the next join token create after that waits in the workload proxy, its
+	// config's data Secret already written.
 	KillAt int
 	// LeaseDuration, RenewDeadline and RetryPeriod are the managers' leader election timings
 	// with FaultLeaderLoss.
@@ -50,7 +51,8 @@ type StormResult struct {
 	// ReadyWhenKilled is how many configs were ready when the manager was killed.
 	ReadyWhenKilled int
 	// BetweenWrites is how many more data Secrets than join tokens were created when the
-	// manager was killed (negative: more tokens than data): configs caught between the two.
+	// manager was killed: configs caught between the two (at least the one whose token create
+	// was stopped).
 	BetweenWrites int
 	// Takeover is the time from killing the leader to the other manager holding the lease
 	// (FaultLeaderLoss).
@@ -150,30 +152,41 @@ func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error)
 		}
 	}
 
-	// Kill in the middle of the storm, at a moment when some configs are between their two
-	// writes (the data Secret in the management cluster, the join token in the workload
-	// cluster), whichever comes first: the one moment a kill can leave half of a config behind.
-	for {
+	// Kill in the middle of the storm, at the one moment a kill can leave half of a config
+	// behind: between its two writes, the data Secret in the management cluster and then the
+	// join token in the workload cluster (phases.go). The workload proxy stops the first token
+	// create that arrives once KillAt configs are ready, so that config's data exists and its
+	// token does not, whatever the machine's speed; the manager dies while it waits for the
+	// answer. (Polling the counts for such a moment missed it on a loaded machine: every gap
+	// was shorter than a poll.)
+	arrived, release := wl.HoldFirst(func(r Request) bool {
 		_, ready := w.Last()
-		if between := createdSecrets(mgmt) - createdSecrets(wl); ready >= o.KillAt && between != 0 {
-			res.ReadyWhenKilled, res.BetweenWrites = ready, between
-			break
-		}
+		return r.Verb == "create" && r.Resource == "secrets" && ready >= o.KillAt
+	})
+	defer release()
+	for waiting := true; waiting; {
 		select {
+		case <-arrived:
+			waiting = false
 		case <-ctx.Done():
 			return res, ctx.Err()
 		case <-w.Done():
-			return res, fmt.Errorf("every config was ready before a config was caught between its two writes: raise N")
-		case <-time.After(time.Millisecond):
-		}
-		if exited, err := first.Exited(); exited {
-			return res, fmt.Errorf("the manager exited before the kill (%v); log: %s", err, first.LogPath)
+			return res, fmt.Errorf("every config was ready before a token create arrived after %d were: lower KillAt", o.KillAt)
+		case <-time.After(100 * time.Millisecond):
+			if exited, err := first.Exited(); exited {
+				return res, fmt.Errorf("the manager exited before the kill (%v); log: %s", err, first.LogPath)
+			}
 		}
 	}
+	_, res.ReadyWhenKilled = w.Last()
+	res.BetweenWrites = createdSecrets(mgmt) - createdSecrets(wl)
 	killed := time.Now()
 	if err := syscall.Kill(first.Pid(), syscall.SIGKILL); err != nil {
 		return res, fmt.Errorf("killing the manager: %w", err)
 	}
+	// The stopped create goes on to the API server only if its connection outlived the
+	// manager; usually it ends unanswered, as a write in flight at a crash may.
+	release()
 	o.Logf("killed the manager with %d of %d configs ready, %d between their data and their token", res.ReadyWhenKilled, o.N, res.BetweenWrites)
 	switch o.Fault {
 	case FaultKill:

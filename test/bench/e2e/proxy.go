@@ -84,6 +84,14 @@ type Proxy struct {
 
 	mu       sync.Mutex
 	requests []Request
+	hold     *hold
+}
+
+// hold is a request the proxy stops on its way in (HoldFirst).
+type hold struct {
+	match   func(Request) bool
+	arrived chan Request
+	release chan struct{}
 }
 
 // StartProxy starts a proxy to the API server of upstream, serving TLS with the given serving
@@ -204,10 +212,44 @@ func (p *Proxy) LastWrite() time.Time {
 	return last
 }
 
+// HoldFirst stops the first request that arrives from now on for which match is true, before
+// it is forwarded, and announces it on arrived; it goes on to the API server when release is
+// called (or ends when its client goes away first). match is called for every request until
+// one matches, from the proxy's handlers, so it must be safe for concurrent use. One request
+// stopped is a moment frozen for the caller to act in (the storm kills the manager while one
+// of its writes is stopped), without piling up the client's other requests.
+func (p *Proxy) HoldFirst(match func(Request) bool) (arrived <-chan Request, release func()) {
+	h := &hold{match: match, arrived: make(chan Request, 1), release: make(chan struct{})}
+	p.mu.Lock()
+	p.hold = h
+	p.mu.Unlock()
+	var once sync.Once
+	return h.arrived, func() { once.Do(func() { close(h.release) }) }
+}
+
+// held reports whether req is the request HoldFirst waits for, and if so stops waiting for it.
+func (p *Proxy) held(req Request) *hold {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.hold == nil || !p.hold.match(req) {
+		return nil
+	}
+	h := p.hold
+	p.hold = nil
+	return h
+}
+
 func (p *Proxy) count(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		req := classify(r)
 		req.At = time.Now()
+		if h := p.held(req); h != nil {
+			h.arrived <- req
+			select {
+			case <-h.release:
+			case <-r.Context().Done():
+			}
+		}
 		if req.Verb == "watch" {
 			// A watch lasts as long as the client keeps it: record it when it opens.
 			p.mu.Lock()
