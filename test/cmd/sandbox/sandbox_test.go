@@ -130,6 +130,13 @@ func TestSandbox(t *testing.T) {
 	if len(children) < 4 {
 		t.Errorf("expected the management and workload API servers and etcds below the sandbox, found %v", children)
 	}
+	stopWithCtrlC(t, p, children)
+}
+
+// stopWithCtrlC types Ctrl-C on the sandbox's terminal and checks that make ends with status 0
+// and no make error, and that none of children (the processes below make) is left.
+func stopWithCtrlC(t *testing.T, p *framework.Process, children []int) {
+	t.Helper()
 	if err := p.Type("\x03"); err != nil { // Ctrl-C
 		t.Fatal(err)
 	}
@@ -143,7 +150,7 @@ func TestSandbox(t *testing.T) {
 	// run, make said "make: *** [sandbox] Error 1"; with the terminal's Ctrl-C reaching make too,
 	// make ended by the interrupt, status 130 in a shell.)
 	if _, err := p.Exited(); err != nil || strings.Contains(p.Output(), "context canceled") || strings.Contains(p.Output(), "make: ***") {
-		t.Errorf("make sandbox ended with %v after Ctrl-C, want status 0 and no make error:\n%s", err, tail(p.Output(), 10))
+		t.Errorf("make ended with %v after Ctrl-C, want status 0 and no make error:\n%s", err, tail(p.Output(), 10))
 	}
 	framework.Eventually(t, 30*time.Second, func() error {
 		var alive []int
@@ -157,6 +164,52 @@ func TestSandbox(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestSandboxInPlace runs `make sandbox-in-place`, the README's one-command demonstration of an
+// in-place Kairos upgrade (issue 20): a single control-plane node without workers comes up,
+// the control plane moves to the next minor version and Kairos image on the same Machine, and
+// Ctrl-C ends it cleanly.
+func TestSandboxInPlace(t *testing.T) {
+	dir := t.TempDir()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := framework.StartProcessOnTerminal("make sandbox-in-place", filepath.Join(dir, "sandbox.log"), nil,
+		"make", "-C", root, "--no-print-directory", "sandbox-in-place", "SANDBOX_ARGS=-cluster sbxip")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(30 * time.Second) })
+
+	framework.Eventually(t, 8*time.Minute, func() error {
+		if exited, err := p.Exited(); exited {
+			t.Fatalf("the sandbox exited early (%v):\n%s", err, p.Output())
+		}
+		if !strings.Contains(p.Output(), "The sandbox is running") {
+			return fmt.Errorf("waiting for the sandbox's in-place upgrade; output so far:\n%s", tail(p.Output(), 20))
+		}
+		return nil
+	})
+	out := p.Output()
+	for _, want := range []string{
+		"In-place updates: ExtensionConfig",
+		"Installing the Kairos operator in the workload cluster",
+		"Upgrading in place: kubectl patch kairoscontrolplane sbxip-control-plane",
+		"Updating True",
+		"Upgraded in place: Machine sbxip-control-plane-",
+		"runs v1.37.0+k0s with image",
+		"no Machine was created or deleted",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the sandbox's output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "the upgrade was not done in place") {
+		t.Errorf("the sandbox replaced its Machine:\n%s", out)
+	}
+	stopWithCtrlC(t, p, descendants(p.Pid()))
 }
 
 // descendants lists every process below pid.
