@@ -465,17 +465,24 @@ func TestReconcilePrerequisites(t *testing.T) {
 func TestReconcileInitialized(t *testing.T) {
 	ctx := testContext(t)
 	for _, tc := range []struct {
-		name string
-		opts []func(*clusterv1.Machine)
-		want bool
+		name      string
+		apiServed bool
+		opts      []func(*clusterv1.Machine)
+		want      bool
 	}{
-		{name: "no node yet", opts: []func(*clusterv1.Machine){withoutNode()}},
+		{name: "no node yet, API not served", opts: []func(*clusterv1.Machine){withoutNode()}},
 		{name: "node registered", want: true},
+		// Cluster API's Machine controller watches Nodes only once the Cluster is initialized:
+		// the API answering is enough, or the first Machine may never get its nodeRef.
+		{name: "no node yet, API served", apiServed: true, opts: []func(*clusterv1.Machine){withoutNode()}, want: true},
+		{name: "API served, the only Machine deleting", apiServed: true, opts: []func(*clusterv1.Machine){withoutNode(), deleting(time.Second, "")}},
+		{name: "API served, the only Machine to be remediated", apiServed: true, opts: []func(*clusterv1.Machine){withoutNode(), unhealthy()}},
 	} {
 		f := newFixture(t).notInitialized()
 		f.machine("m1", time.Minute, tc.opts...)
 		e := f.build()
 		s := e.scope(ctx)
+		s.apiServed = tc.apiServed
 		if _, err := e.r.reconcileInitialized(ctx, s); err != nil {
 			t.Fatal(err)
 		}

@@ -34,10 +34,23 @@ func sameIP(a, b string) bool {
 	return ip != nil && ip.Equal(net.ParseIP(b))
 }
 
-// reconcileInitialized reports the control plane initialized once a control-plane Machine's
-// node is registered in the workload cluster: its API server then accepts requests.
+// reconcileInitialized reports the control plane initialized once its API server accepts
+// requests, the contract's definition (KubeadmControlPlane looks for its kubeadm-config
+// ConfigMap): Cluster API's ClusterCache probes it successfully, or a control-plane Machine's
+// node registered. Waiting for a Node alone is not enough: Cluster API's Machine controller
+// watches the workload cluster's Nodes only once the Cluster is initialized
+// (core/reconcilers/machine watchClusterNodes), so until then the first Machine gets its
+// nodeRef only if some other Machine event follows the Node's provider ID reaching its cache;
+// v0.1.0 waited for the nodeRef, and its first Machine stayed without one for as long as no
+// event came (TestMixedVersions). As with KubeadmControlPlane, a Machine that is deleting or
+// to be remediated does not count: its replacement would otherwise join a cluster whose only
+// member is going away instead of initializing it.
 func (r *Reconciler) reconcileInitialized(_ context.Context, s *scope) (ctrl.Result, error) {
-	if !s.initialized() && s.machines.Filter(collections.HasNode()).Len() > 0 {
+	if s.initialized() {
+		return ctrl.Result{}, nil
+	}
+	staying := s.machines.Filter(collections.Not(collections.HasDeletionTimestamp), collections.Not(collections.IsUnhealthyAndOwnerRemediated))
+	if s.machines.Filter(collections.HasNode()).Len() > 0 || s.apiServed && staying.Len() > 0 {
 		s.kcp.Status.Initialization.ControlPlaneInitialized = ptr.To(true)
 	}
 	return ctrl.Result{}, nil

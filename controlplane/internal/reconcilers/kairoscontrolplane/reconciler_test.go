@@ -93,10 +93,12 @@ func TestReconcilePaused(t *testing.T) {
 }
 
 // TestReconcileNewControlPlane runs Reconcile on a new control plane: finalizer, then the
-// kubeconfig and the first Machine, with the status patched.
+// kubeconfig and the first Machine, with the status patched; initialized once the workload API
+// answers.
 func TestReconcileNewControlPlane(t *testing.T) {
 	ctx := testContext(t)
 	f := newFixture(t).notInitialized()
+	f.apiDown = true // no node serves the workload API yet
 	f.kcp.Status = controlplanev1.KairosControlPlaneStatus{}
 	f.kcp.Generation = 3
 	f.objs = append(f.objs, clusterPKI(t)...)
@@ -134,7 +136,7 @@ func TestReconcileNewControlPlane(t *testing.T) {
 	assertCondition(t, kcp, controlplanev1.CertificatesAvailableCondition, metav1.ConditionTrue, controlplanev1.CertificatesAvailableReason, "")
 	assertCondition(t, kcp, clusterv1.PausedCondition, metav1.ConditionFalse, clusterv1.NotPausedReason, "")
 
-	// The Machine has no node yet: the control plane waits, creating nothing.
+	// The Machine has no node yet and nothing answers: the control plane waits, creating nothing.
 	if _, err := e.r.Reconcile(ctx, kcpRequest); err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +145,24 @@ func TestReconcileNewControlPlane(t *testing.T) {
 	}
 	assertCondition(t, e.getKCP(), controlplanev1.ScalingUpCondition, metav1.ConditionTrue, controlplanev1.ScalingUpReason, "to initialize the control plane")
 
-	// Its node registers: the control plane is initialized.
+	// Its node serves the API, before Cluster API links its Node: the control plane is
+	// initialized (Cluster API watches Nodes only from then on).
+	cache := e.r.ClusterCache.(testClusterCache)
+	cache.apiDown = false
+	e.r.ClusterCache = cache
+	if _, err := e.r.Reconcile(ctx, kcpRequest); err != nil {
+		t.Fatal(err)
+	}
+	kcp = e.getKCP()
+	if !ptr.Deref(kcp.Status.Initialization.ControlPlaneInitialized, false) {
+		t.Error("not initialized once the workload API answered")
+	}
+	assertCondition(t, kcp, controlplanev1.InitializedCondition, metav1.ConditionTrue, controlplanev1.InitializedReason, "")
+	if n := len(e.listMachines()); n != 1 {
+		t.Fatalf("scaled up past a Machine without a Node: %d Machines", n)
+	}
+
+	// Its Node is linked.
 	m := e.listMachines()[0]
 	m.Status.NodeRef.Name = m.Name
 	if err := e.c.Status().Update(ctx, &m); err != nil {
@@ -153,10 +172,6 @@ func TestReconcileNewControlPlane(t *testing.T) {
 		t.Fatal(err)
 	}
 	kcp = e.getKCP()
-	if !ptr.Deref(kcp.Status.Initialization.ControlPlaneInitialized, false) {
-		t.Error("not initialized after the first node registered")
-	}
-	assertCondition(t, kcp, controlplanev1.InitializedCondition, metav1.ConditionTrue, controlplanev1.InitializedReason, "")
 	// The Machine is not ready: the second one waits for it.
 	if n := len(e.listMachines()); n != 1 {
 		t.Errorf("scaled up past a Machine that is not ready: %d Machines", n)
