@@ -23,6 +23,9 @@ const (
 	StageBoot      = "boot"
 	StageNetwork   = "network"
 	StageReconcile = "reconcile"
+	// StageAfterUpgrade is an action stage: kairos-agent runs it after writing a new image, before
+	// the reboot into it.
+	StageAfterUpgrade = "after-upgrade"
 )
 
 // Config is a Kairos cloud-config document.

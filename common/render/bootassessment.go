@@ -37,6 +37,15 @@ import (
 // stage; arming there leaves the shortest window in which a crash would reboot into the new
 // image unassessed. (Even then the next boot arms again: the release still differs.)
 //
+// What the document adds for upgrades: "upgrade", an after-upgrade step, clears
+// boot_assessment_tentative once Kairos' own after-upgrade step has set enable_boot_assessment
+// (08_grub.yaml sets enable only). Without it a tentative=yes left by an earlier failure (a
+// boot of the fallback entry leaves both variables set; so does an upgrade during an armed,
+// not yet verified boot) makes GRUB boot the fallback entry at the reboot into the new image
+// without ever trying it: after a fallback, every later upgrade would "fail" the same way until
+// someone cleared the variables on the node by hand (the docs' maintenance advice). With it, the
+// new image gets exactly the one try an upgrade gives it, assessed as any other.
+//
 // Not armed: on the first boot ever (no verified release: there is nothing to fall back to
 // that was known to work, and the image step has its own guard), on a reboot of a verified
 // release, on the fallback entry (no active.img on the command line: the variables Kairos
@@ -57,8 +66,9 @@ const BootAssessmentTimeout = 10 * time.Minute
 
 // Step names of the boot assessment.
 const (
-	stepAssessArm    = "kairos-capi boot assessment arm"
-	stepAssessVerify = "kairos-capi boot assessment verify"
+	stepAssessArm     = "kairos-capi boot assessment arm"
+	stepAssessVerify  = "kairos-capi boot assessment verify"
+	stepAssessUpgrade = "kairos-capi boot assessment upgrade"
 )
 
 // bootAssessmentArmStep is the boot.before step: it writes the script (the files of this step
@@ -84,6 +94,17 @@ func bootAssessmentVerifyStep() cloudconfig.Step {
 	}
 }
 
+// bootAssessmentUpgradeStep gives the image an upgrade wrote its try (see the top of this file).
+// The script is there: the arm step writes it at every boot of an installed system, and
+// kairos-agent runs after-upgrade on the running system.
+func bootAssessmentUpgradeStep() cloudconfig.Step {
+	return cloudconfig.Step{
+		Name:     stepAssessUpgrade,
+		If:       notInstallerOrRecovery + " && [ -e " + BootAssessmentScript + " ]",
+		Commands: []string{"/bin/sh " + BootAssessmentScript + " upgrade"},
+	}
+}
+
 func (b *builder) bootAssessmentUnit() string {
 	return "[Unit]\n" +
 		"Description=Boot assessment of the running Kairos image: " + b.service + " ready (kairos-capi, cluster " + b.n.ClusterName + ")\n" +
@@ -96,7 +117,7 @@ func (b *builder) bootAssessmentUnit() string {
 		"ExecStart=/bin/sh " + BootAssessmentScript + " verify\n"
 }
 
-// bootAssessmentScript is "arm" and "verify" (see the top of this file). It prints releases and
+// bootAssessmentScript is "arm", "verify" and "upgrade" (see the top of this file). It prints releases and
 // image names only; nothing of the bootstrap data.
 func (b *builder) bootAssessmentScript() string {
 	svc := b.service
@@ -154,6 +175,16 @@ func (b *builder) bootAssessmentScript() string {
 	s.WriteString("  echo \"kairos-capi: Kairos release $running verified: " + svc + " is ready\"\n")
 	s.WriteString("  ;;\n")
 
-	s.WriteString("*)\n  echo \"usage: $0 arm|verify\" >&2\n  exit 2\n  ;;\nesac\n")
+	s.WriteString("upgrade)\n")
+	s.WriteString("  [ -e " + BootAssessmentGrubHook + " ] || exit 0\n")
+	s.WriteString("  mount -o rw,remount \"$state\" || exit 1\n")
+	s.WriteString("  grub2-editenv \"$grubenv\" set boot_assessment_tentative=\n")
+	s.WriteString("  rc=$?\n")
+	s.WriteString("  mount -o ro,remount \"$state\"\n")
+	s.WriteString("  [ $rc -eq 0 ] || { echo \"kairos-capi: could not clear boot_assessment_tentative: GRUB may boot the fallback image without trying the new one\" >&2; exit 1; }\n")
+	s.WriteString("  echo \"kairos-capi: boot assessment: the new image is tried at the next boot (boot_assessment_tentative cleared)\"\n")
+	s.WriteString("  ;;\n")
+
+	s.WriteString("*)\n  echo \"usage: $0 arm|verify|upgrade\" >&2\n  exit 2\n  ;;\nesac\n")
 	return s.String()
 }

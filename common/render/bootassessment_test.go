@@ -54,6 +54,11 @@ func TestBootAssessmentSteps(t *testing.T) {
 					t.Errorf("verify unit lacks %q:\n%s", want, unit)
 				}
 			}
+			upgrade := c.Stages[cloudconfig.StageAfterUpgrade]
+			if len(upgrade) != 1 || upgrade[0].Name != stepAssessUpgrade || upgrade[0].If != notInstallerOrRecovery+" && [ -e "+BootAssessmentScript+" ]" ||
+				!slices.Equal(upgrade[0].Commands, []string{"/bin/sh " + BootAssessmentScript + " upgrade"}) {
+				t.Errorf("after-upgrade steps %+v", upgrade)
+			}
 			if files[BootAssessmentUnitPath].Permissions != 0o644 {
 				t.Errorf("verify unit mode %v", files[BootAssessmentUnitPath].Permissions)
 			}
@@ -207,7 +212,7 @@ func (s *bootAssessmentSandbox) grubenv() string {
 	return vars["enable_boot_assessment"] + "," + vars["boot_assessment_tentative"]
 }
 
-// TestBootAssessmentScript runs arm and verify through the boots that matter, with sh (dash
+// TestBootAssessmentScript runs arm, verify and upgrade through the boots that matter, with sh (dash
 // here, as on Debian-based images).
 func TestBootAssessmentScript(t *testing.T) {
 	const old, next = "v3.5.0-k3sv1.31.2+k3s1", "v3.5.1-k3sv1.32.0+k3s1"
@@ -276,6 +281,26 @@ func TestBootAssessmentScript(t *testing.T) {
 		s.ready()
 		if out, err := s.run("verify"); err != nil || s.grubenv() != "yes,yes" || s.exists("rebooted") {
 			t.Fatalf("verify: %v %s; grubenv %q", err, out, s.grubenv())
+		}
+	})
+
+	t.Run("upgrade from the fallback boot: the new image gets its try", func(t *testing.T) {
+		// Both variables as the fallback boot left them; Kairos' after-upgrade step has just set
+		// enable=yes again. GRUB would boot the fallback entry at once with tentative=yes.
+		s.boot("passive.img", old, old, "enable_boot_assessment=yes\nboot_assessment_tentative=yes\n", true)
+		out, err := s.run("upgrade")
+		if err != nil || s.grubenv() != "yes," || s.read("mounted") != "ro\n" {
+			t.Fatalf("upgrade: %v %s; grubenv %q, mounted %q", err, out, s.grubenv(), s.read("mounted"))
+		}
+		if !strings.Contains(out, "the new image is tried at the next boot") {
+			t.Errorf("upgrade says %q", out)
+		}
+	})
+
+	t.Run("upgrade without GRUB boot assessment on COS_STATE: nothing written", func(t *testing.T) {
+		s.boot("active.img", old, old, "enable_boot_assessment=yes\nboot_assessment_tentative=yes\n", false)
+		if out, err := s.run("upgrade"); err != nil || s.grubenv() != "yes,yes" || s.exists("mounted") {
+			t.Fatalf("upgrade: %v %s; grubenv %q", err, out, s.grubenv())
 		}
 	})
 

@@ -307,6 +307,7 @@ func (b *builder) build() error {
 		cloudconfig.StageBoot + ".before": {arm},
 		cloudconfig.StageBoot:             boot,
 		cloudconfig.StageNetwork:          network,
+		cloudconfig.StageAfterUpgrade:     {bootAssessmentUpgradeStep()},
 	}
 	return nil
 }

@@ -205,12 +205,13 @@ func TestRolesAndArgs(t *testing.T) {
 
 // TestStagesOrder pins the stage plan: files in boot, pre-commands then the
 // sentinel unit in network (which runs before the Kairos agent starts the
-// distribution), both skipped on the installer and in recovery.
+// distribution), both skipped on the installer and in recovery, and the boot
+// assessment's upgrade step after an upgrade.
 func TestStagesOrder(t *testing.T) {
 	p := fixturePKI(t)
 	c := mustRender(t, k0sInitControlPlane(t, p))
 	boot, network := c.Stages[cloudconfig.StageBoot], c.Stages[cloudconfig.StageNetwork]
-	if !slices.Equal(c.Stages.StageNames(), []string{"boot.before", cloudconfig.StageBoot, cloudconfig.StageNetwork}) || len(boot) != 1 || len(network) != 3 {
+	if !slices.Equal(c.Stages.StageNames(), []string{"boot.before", cloudconfig.StageBoot, cloudconfig.StageNetwork, cloudconfig.StageAfterUpgrade}) || len(boot) != 1 || len(network) != 3 {
 		t.Fatalf("stages %v", c.Stages.StageNames())
 	}
 	if before := c.Stages["boot.before"]; len(before) != 1 || before[0].Name != stepAssessArm {

@@ -190,12 +190,14 @@ func brokenUpdateFallsBackAndCorrectionResumes(t *testing.T, c *cpCluster, dist 
 	// The cluster is served by the previous image.
 	c.waitCondition(controlplanev1.AvailableCondition, metav1.ConditionTrue, "", waitScale)
 
-	// Kairos' boot assessment leaves GRUB's variables set after booting the fallback entry, and
-	// GRUB keeps booting it, also after the next upgrade, until someone clears them (the
-	// maintenance advice of Kairos' boot assessment docs; simnode/bootassessment.go). Without this
-	// step the corrected update is tried and fails with PreviousBootFailed, which the control
-	// plane reports the same way; kairos-capi's documents do not clear them on upgrade (yet).
-	node.ClearBootAssessment()
+	// Booting the fallback entry left GRUB's boot assessment variables set (Kairos clears them
+	// only on a good boot of the active image). Nothing on the node is cleared by hand: the
+	// document's after-upgrade step clears boot_assessment_tentative when the corrected image
+	// is written, so GRUB tries it (without that step it would boot the fallback again and the
+	// update fail with PreviousBootFailed; simnode TestBootAssessmentWithoutDocumentSteps).
+	if ba := node.BootAssessment(); !ba.Enable || !ba.Tentative || !ba.UpgradeFailure {
+		t.Errorf("boot assessment after the fallback: %+v, want both variables set and upgrade_failure", ba)
+	}
 
 	// Correcting the spec resumes the update.
 	corrected := time.Now()

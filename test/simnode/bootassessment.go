@@ -4,6 +4,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/kairos-capi/kairos-capi/common/cloudconfig"
 	"github.com/kairos-capi/kairos-capi/common/render"
 )
 
@@ -87,11 +88,16 @@ func (n *Node) grubSelect() (fallback bool) {
 	return false
 }
 
-// afterUpgrade is Kairos' after-upgrade stage: enable_boot_assessment=yes.
-func (n *Node) afterUpgrade() {
+// afterUpgrade is the after-upgrade stage: Kairos' step sets enable_boot_assessment=yes, then
+// the document's upgrade step, when it has one, clears boot_assessment_tentative.
+func (n *Node) afterUpgrade(p *plan) {
+	clear := p.bootAssessmentSteps().upgrade
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	n.grub.enable = true
+	if clear {
+		n.grub.tentative = false
+	}
 }
 
 // bootedFallback records a boot of the fallback entry: upgrade_failure on the command line,
@@ -143,6 +149,9 @@ type assessmentSteps struct {
 	// verify: a network command starts render.BootAssessmentUnit, whose ExecStart runs the
 	// script with "verify", and the script records render.VerifiedReleaseFile and can reboot.
 	verify bool
+	// upgrade: an after-upgrade command runs the script with "upgrade", and the script clears
+	// boot_assessment_tentative (grub2-editenv).
+	upgrade bool
 }
 
 // bootAssessmentSteps reads the document's boot assessment steps.
@@ -168,6 +177,8 @@ func (p *plan) bootAssessmentSteps() assessmentSteps {
 			started = true
 		}
 	}
+	s.upgrade = runs(cloudconfig.StageAfterUpgrade, "upgrade") && strings.Contains(script, "\nupgrade)\n") &&
+		strings.Contains(script, `grub2-editenv "$grubenv" set boot_assessment_tentative=`+"\n")
 	unit := p.files[render.BootAssessmentUnitPath]
 	s.verify = started && strings.Contains(unit, "ExecStart=/bin/sh "+render.BootAssessmentScript+" verify") &&
 		strings.Contains(script, render.VerifiedReleaseFile) && strings.Contains(script, "reboot")

@@ -195,8 +195,9 @@ func (n *Node) Upgrade(ctx context.Context, ref string) error {
 	n.upgrades.Add(1)
 	n.mu.Lock()
 	n.images.passive, n.images.active = n.images.running, ref
+	p := n.plan
 	n.mu.Unlock()
-	n.afterUpgrade()
+	n.afterUpgrade(p)
 	return n.reboot(ctx)
 }
 
@@ -610,7 +611,7 @@ func (n *Node) followDocumentImage(p *plan, installed string) (string, error) {
 	n.mu.Lock()
 	n.images.passive, n.images.active = from, want
 	n.mu.Unlock()
-	n.afterUpgrade()
+	n.afterUpgrade(p)
 	n.setStatus(Status{Phase: PhaseBooting, Reason: ReasonRebooting, Message: fmt.Sprintf("upgraded from %s to the document's image %s, rebooting into it", from, want)})
 	// GRUB's boot assessment at the reboot, and at the one after a boot that fails before
 	// userspace (bootassessment.go).

@@ -231,22 +231,19 @@ func TestKairosUpgrade(t *testing.T) {
 			if dist == render.K3s {
 				other = render.K0s
 			}
+			// Each after the fallback of the one before, with nothing cleared on the node: the
+			// document's after-upgrade step clears GRUB's boot_assessment_tentative, so each image
+			// is tried (its own reason, after the time its failure takes), not skipped for the
+			// earlier failure (PreviousBootFailed: TestBootAssessmentWithoutDocumentSteps).
 			for _, tc := range []struct {
 				name, image, reason string
-				// wait is how long the failure takes at least; stale keeps the variables the
-				// previous fallback left (otherwise cleared first, as an operator would).
-				wait  time.Duration
-				stale bool
+				// wait is how long the failure takes at least.
+				wait time.Duration
 			}{
-				{"broken", broken, simnode.ReasonImageBroken, simnode.BootAssessmentPeriod, false},
-				// GRUB still holds the broken image's failure: the next upgrade is not even tried.
-				{"after-a-fallback", strings.Replace(newImage, "-v3.5.0-", "-v3.5.1-", 1), simnode.ReasonPreviousBootFailed, 0, true},
-				{"other-distribution", simnode.KairosImage(other, "v1.37.0"), simnode.ReasonDistributionMismatch, simnode.VerifyTimeout, false},
-				{"two-minors", simnode.KairosImage(dist, "v1.39.0"), simnode.ReasonVersionSkew, simnode.VerifyTimeout, false},
+				{"broken", broken, simnode.ReasonImageBroken, simnode.BootAssessmentPeriod},
+				{"other-distribution", simnode.KairosImage(other, "v1.37.0"), simnode.ReasonDistributionMismatch, simnode.VerifyTimeout},
+				{"two-minors", simnode.KairosImage(dist, "v1.39.0"), simnode.ReasonVersionSkew, simnode.VerifyTimeout},
 			} {
-				if !tc.stale {
-					cp.ClearBootAssessment()
-				}
 				failedAt := time.Now()
 				u := createNodeOpUpgrade(t, admin, tc.name, tc.image)
 				waitNodeOpUpgrade(t, admin, u, simnode.NodeOpPhaseFailed, 3*time.Minute)
@@ -456,6 +453,7 @@ func withoutBootAssessment(t *testing.T, doc []byte) []byte {
 		t.Fatal(err)
 	}
 	delete(c.Stages, "boot.before")
+	delete(c.Stages, commoncc.StageAfterUpgrade)
 	var network []commoncc.Step
 	for _, st := range c.Stages[commoncc.StageNetwork] {
 		if !strings.Contains(strings.Join(st.Commands, "\n"), render.BootAssessmentUnit) {
@@ -474,8 +472,9 @@ func withoutBootAssessment(t *testing.T, doc []byte) []byte {
 }
 
 // TestBootAssessmentWithoutDocumentSteps: Kairos' boot assessment alone, for a document without
-// kairos-capi's arm and verify steps. An image that does not boot falls back by GRUB's own rule;
-// an image that boots but whose k3s refuses to start (it ships k0s) counts as a good boot: the
+// kairos-capi's arm, verify and upgrade steps. An image that does not boot falls back by GRUB's
+// own rule, and the next upgrade goes straight to the fallback entry until the variables are
+// cleared on the node; an image that boots but whose k3s refuses to start (it ships k0s) counts as a good boot: the
 // node stays on it, not running its distribution, and GRUB's variables are cleared.
 func TestBootAssessmentWithoutDocumentSteps(t *testing.T) {
 	t.Parallel() // its own Registry: nothing shared with the other tests
@@ -503,6 +502,12 @@ func TestBootAssessmentWithoutDocumentSteps(t *testing.T) {
 		t.Errorf("boot assessment after the fallback: %+v", ba)
 	}
 
+	// GRUB still holds the failure: without the document's after-upgrade step the next upgrade
+	// is not even tried, whatever its image, until someone clears the variables on the node.
+	good := simnode.KairosImage(render.K3s, "v1.37.0")
+	if err := cp.Upgrade(w.ctx, good); !errors.As(err, &bf) || bf.Reason != simnode.ReasonPreviousBootFailed || bf.Image != good || cp.RunningImage() != oldImage {
+		t.Fatalf("upgrade after a fallback: %v, running %s; want %s and the node back on %s", err, cp.RunningImage(), simnode.ReasonPreviousBootFailed, oldImage)
+	}
 	cp.ClearBootAssessment()
 	k0sImage := simnode.KairosImage(render.K0s, "v1.37.0")
 	err = cp.Upgrade(w.ctx, k0sImage)
