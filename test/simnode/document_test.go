@@ -80,17 +80,19 @@ func TestDocumentBootAssessmentSteps(t *testing.T) {
 		}
 		return p.bootAssessmentSteps()
 	}
-	if got := steps(string(doc)); got != (assessmentSteps{arm: true, verify: true}) {
+	if got := steps(string(doc)); got != (assessmentSteps{arm: true, verify: true, upgrade: true}) {
 		t.Fatalf("rendered document: %+v", got)
 	}
 	for name, tc := range map[string]struct {
 		old, new string
 		want     assessmentSteps
 	}{
-		"arm not run":            {render.BootAssessmentScript + " arm", render.BootAssessmentScript + " check", assessmentSteps{verify: true}},
-		"arm sets nothing":       {"grub2-editenv", "echo", assessmentSteps{verify: true}},
-		"verify never started":   {"systemctl start --no-block " + render.BootAssessmentUnit, "echo skipped", assessmentSteps{arm: true}},
-		"verify runs other mode": {render.BootAssessmentScript + " verify", render.BootAssessmentScript + " arm", assessmentSteps{arm: true}},
+		"arm not run":            {render.BootAssessmentScript + " arm", render.BootAssessmentScript + " check", assessmentSteps{verify: true, upgrade: true}},
+		"nothing set in GRUB":    {"grub2-editenv", "echo", assessmentSteps{verify: true}},
+		"verify never started":   {"systemctl start --no-block " + render.BootAssessmentUnit, "echo skipped", assessmentSteps{arm: true, upgrade: true}},
+		"verify runs other mode": {render.BootAssessmentScript + " verify", render.BootAssessmentScript + " arm", assessmentSteps{arm: true, upgrade: true}},
+		"upgrade not run":        {render.BootAssessmentScript + " upgrade", render.BootAssessmentScript + " check", assessmentSteps{arm: true, verify: true}},
+		"upgrade clears nothing": {"set boot_assessment_tentative=\n", "list\n", assessmentSteps{arm: true, verify: true}},
 	} {
 		if !strings.Contains(string(doc), tc.old) {
 			t.Fatalf("%s: the document has no %q", name, tc.old)
