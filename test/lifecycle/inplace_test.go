@@ -1,6 +1,7 @@
 package lifecycle
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -121,8 +122,11 @@ const correctedVersion = "v1.37.1"
 
 // brokenUpdateFallsBackAndCorrectionResumes (issue 20, d): the single node of (a), at v1.37.0,
 // is updated in place to a v1.37.1 image that does not boot. Boot assessment brings the node back
-// to the v1.37.0 image; the Machine reports InPlaceUpdateFailed and the control plane shows what
-// the node reported; no Machine is created or deleted. Then the spec is corrected (a rebuilt
+// to the v1.37.0 image; the Kairos operator reports the upgrade done all the same (as v0.1.3
+// does: the node ran again after its reboot), and the extension finds the fallback on the Node
+// (a new boot with the old kubelet version, the node labeler's boot state passive): the Machine
+// reports InPlaceUpdateFailed and the control plane shows what the Node says; no Machine is
+// created or deleted. Then the spec is corrected (a rebuilt
 // v1.37.1 image that boots) and the same update resumes and completes on the same Machine, Node
 // and etcd member. The control plane is Available again on the fallback image and after the
 // correction; while the only node reboots it is not (see the end).
@@ -151,9 +155,9 @@ func brokenUpdateFallsBackAndCorrectionResumes(t *testing.T, c *cpCluster, dist 
 	// Cluster API's Machine controller reports the hook's failure in the Machine's Updating
 	// condition with a fixed message ("UpdateMachine hook failed: please check controller logs
 	// for errors"; core/reconcilers/machine/machine_controller_inplace_update.go in v1.14.2): the
-	// extension's message, which quotes the node, reaches only its log. The control plane reads
-	// the NodeOpUpgrade and writes the node's reason into the Machine's UpToDate condition (which
-	// it owns) and its own RollingOut condition: that is where it is asserted.
+	// extension's message, which says what the Node shows, reaches only its log. The control plane
+	// reads the NodeOpUpgrade and the Node and writes the reason into the Machine's UpToDate
+	// condition (which it owns) and its own RollingOut condition: that is where it is asserted.
 	var failed *clusterv1.Machine
 	framework.Eventually(t, 2*waitScale, func() error {
 		failed = c.machineByName(before.Name)
@@ -164,13 +168,18 @@ func brokenUpdateFallsBackAndCorrectionResumes(t *testing.T, c *cpCluster, dist 
 		if upd == nil || upd.Reason != clusterv1.MachineInPlaceUpdateFailedReason {
 			return fmt.Errorf("Updating = %+v, want reason %s", upd, clusterv1.MachineInPlaceUpdateFailedReason)
 		}
-		if up == nil || !strings.Contains(up.Message, simnode.ReasonImageBroken) || !strings.Contains(up.Message, broken) {
-			return fmt.Errorf("UpToDate = %+v, want the node's reason (%s, %s)", up, simnode.ReasonImageBroken, broken)
+		if up == nil || !strings.Contains(up.Message, "came back from its reboot on its previous image") || !strings.Contains(up.Message, "kairos.io/boot-state=passive") ||
+			!strings.Contains(up.Message, broken) {
+			return fmt.Errorf("UpToDate = %+v, want the fallback the Node shows (%s)", up, broken)
 		}
 		return nil
 	})
 	t.Logf("the update to the broken image failed after %s: %s", time.Since(start).Round(time.Second), conditions.Get(failed, clusterv1.MachineUpToDateCondition).Message)
-	c.waitCondition(controlplanev1.RollingOutCondition, metav1.ConditionTrue, "does not boot", waitScale)
+	c.waitCondition(controlplanev1.RollingOutCondition, metav1.ConditionTrue, "previous image", waitScale)
+	var bf *simnode.BootFailure
+	if err := c.nodeOf(*failed).LastUpgrade(); !errors.As(err, &bf) || bf.Reason != simnode.ReasonImageBroken {
+		t.Errorf("the node's upgrade ended with %v, want a fallback for %s", err, simnode.ReasonImageBroken)
+	}
 
 	// Boot assessment brought the node back to the previous image and version.
 	node := c.nodeOf(*failed)

@@ -146,6 +146,8 @@ type Node struct {
 	// bootFailures are the errors of the failed attempts to start or join the distribution, in
 	// order (guarded by mu).
 	bootFailures []string
+	// lastUpgrade is the result of the last Upgrade.
+	lastUpgrade error
 	// etcd is the node's etcd member (control-plane nodes).
 	etcd   *etcdServer
 	cancel context.CancelFunc

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
+	"strings"
 	"sync"
 	"time"
 
@@ -32,6 +34,13 @@ const (
 	KairosOperatorTypesCommit = "0e76a6f25438974e1bc543e93bf19590d263c63d"
 	// KairosOperatorNodeStatusCommit is the commit of api/v1alpha1/nodeop_types.go (NodeStatus).
 	KairosOperatorNodeStatusCommit = "0878f24405d7cabdff7a0a374bfb5daf44dcc06d"
+	// KairosOperatorRelease is the release whose behaviour the simulation follows
+	// (ba610ee, 2026-08-06): internal/controller/nodeop_controller.go, whose reboot pod marks
+	// the reboot done before it reboots the node and ends once the node runs again, whatever
+	// image it booted; cmd/node-labeler/labeler.go and the DaemonSet
+	// (internal/controller/nodelabeler_daemonset_controller.go) that re-labels every Kairos node
+	// every 60 s and when its pod starts, so after each boot.
+	KairosOperatorRelease = "v0.1.3"
 )
 
 // NodeOpUpgradeGVK is the kind of the Kairos operator's upgrade requests.
@@ -143,9 +152,18 @@ type nodeRunState struct {
 // spec.stopOnFailure. On each node, unless spec.force, a node already at the image's version triple
 // (KAIROS_VERSION-<prefix><software version> of /etc/kairos-release) is Completed at once; otherwise
 // it cordons the Node, writes the recovery image when spec.upgradeRecovery, and when
-// spec.upgradeActive (default true) upgrades the node and reboots it (Node.Upgrade). A node back on
-// the new image is uncordoned and Completed; a node whose image did not come up is Failed with the
-// node's reason and stays cordoned (the operator's default, uncordonOnFailure false).
+// spec.upgradeActive (default true) upgrades the node and reboots it (Node.Upgrade). As with the
+// real operator (KairosOperatorRelease), a node that runs Kubernetes again after the reboot is
+// uncordoned and Completed, whichever image it booted: one that GRUB's boot assessment sent back to
+// its previous image too. Only the Node tells (its kubelet version, and the labels below). A node
+// whose new image boots without its distribution never runs the reboot pod again: it stays
+// Running, cordoned. An upgrade that cannot start (not an image) is Failed.
+//
+// The operator's node labeler runs too: every running node's Node carries kairos.io/managed,
+// kairos.io/boot-state (active, or passive after a fallback), kairos.io/software-version-prefix,
+// kairos.io/software-version and kairos.io/release as labels (values sanitised as the labeler
+// does) and kairos.io/version as an annotation, from its /etc/kairos-release; the simulation
+// updates them each time it looks (operatorPollInterval) rather than each minute.
 func (c *Cluster) InstallKairosOperator(ctx context.Context) error {
 	c.mu.Lock()
 	installed := c.operator != nil
@@ -202,6 +220,7 @@ func (op *kairosOperator) stop() {
 }
 
 func (op *kairosOperator) reconcileAll(ctx context.Context) {
+	op.labelNodes(ctx)
 	list := &unstructured.UnstructuredList{}
 	list.SetGroupVersionKind(NodeOpUpgradeGVK.GroupVersion().WithKind("NodeOpUpgradeList"))
 	if err := op.c.client.List(ctx, list); err != nil {
@@ -401,17 +420,90 @@ func (op *kairosOperator) upgradeNode(ctx context.Context, name string, spec nod
 	}
 	if active {
 		if err := n.Upgrade(ctx, spec.Image); err != nil {
-			var f *BootFailure
-			if errors.As(err, &f) {
-				return NodeOpPhaseFailed, fmt.Sprintf("%s: %s (the node runs %s again)", f.Reason, f.Message, f.Fallback)
+			var bf *BootFailure
+			var df *DistributionFailure
+			switch {
+			case errors.As(err, &bf):
+				// kairos-agent wrote the image (the Job completed), the reboot pod marked the
+				// reboot done and rebooted the node, which came back on its previous image and
+				// ran the pod again: done, for the operator.
+			case errors.As(err, &df):
+				// The new image runs without its distribution, so without a kubelet: the reboot
+				// pod never runs again.
+				return NodeOpPhaseRunning, "Job completed, waiting for the node to come back from its reboot"
+			default:
+				return NodeOpPhaseFailed, err.Error()
 			}
-			return NodeOpPhaseFailed, err.Error()
 		}
 	}
 	if err := retryFor(ctx, 2*time.Minute, func() error { return op.c.setUnschedulable(ctx, name, false) }); err != nil {
 		return NodeOpPhaseFailed, "uncordoning the node: " + err.Error()
 	}
-	return NodeOpPhaseCompleted, "upgraded to " + spec.Image
+	return NodeOpPhaseCompleted, "Job and reboot completed successfully"
+}
+
+// Node labels and annotation of the operator's node labeler (cmd/node-labeler/labeler.go).
+const (
+	NodeLabelKairosManaged      = "kairos.io/managed"
+	NodeLabelBootState          = "kairos.io/boot-state"
+	NodeLabelSoftwareVersion    = "kairos.io/software-version"
+	NodeLabelSoftwarePrefix     = "kairos.io/software-version-prefix"
+	NodeLabelRelease            = "kairos.io/release"
+	NodeAnnotationKairosVersion = "kairos.io/version"
+	nodeLabelerBootStateActive  = "active"
+	nodeLabelerBootStatePassive = "passive"
+)
+
+// invalidLabelChars are what the node labeler replaces with "-" in label values.
+var invalidLabelChars = regexp.MustCompile(`[^a-zA-Z0-9\-_.]`)
+
+// labelNodes is the node labeler's sync of every running node of the cluster: it patches a
+// Node only when something changed.
+func (op *kairosOperator) labelNodes(ctx context.Context) {
+	for _, n := range op.c.reg.Nodes() {
+		if n.Cluster() != op.c || n.Status().Phase != PhaseRunning || n.Name() == "" {
+			continue
+		}
+		rel := n.kairosRelease()
+		if rel["KAIROS_VERSION"] == "" {
+			continue // not a Kairos node: the labeler leaves it alone
+		}
+		state := nodeLabelerBootStateActive
+		if n.BootAssessment().UpgradeFailure {
+			state = nodeLabelerBootStatePassive
+		}
+		want := map[string]string{NodeLabelKairosManaged: "true", NodeLabelBootState: state}
+		for key, label := range map[string]string{
+			"KAIROS_SOFTWARE_VERSION": NodeLabelSoftwareVersion, "KAIROS_SOFTWARE_VERSION_PREFIX": NodeLabelSoftwarePrefix, "KAIROS_RELEASE": NodeLabelRelease,
+		} {
+			if v := strings.Trim(invalidLabelChars.ReplaceAllString(rel[key], "-"), "-_."); v != "" {
+				want[label] = v
+			}
+		}
+		node := &corev1.Node{}
+		if err := op.c.client.Get(ctx, client.ObjectKey{Name: n.Name()}, node); err != nil {
+			continue
+		}
+		changed := node.Annotations[NodeAnnotationKairosVersion] != rel["KAIROS_VERSION"]
+		for k, v := range want {
+			changed = changed || node.Labels[k] != v
+		}
+		if !changed {
+			continue
+		}
+		patch := client.MergeFrom(node.DeepCopy())
+		if node.Labels == nil {
+			node.Labels = map[string]string{}
+		}
+		if node.Annotations == nil {
+			node.Annotations = map[string]string{}
+		}
+		for k, v := range want {
+			node.Labels[k] = v
+		}
+		node.Annotations[NodeAnnotationKairosVersion] = rel["KAIROS_VERSION"]
+		_ = op.c.client.Patch(ctx, node, patch) // next round when the API server does not answer
+	}
 }
 
 // simNode returns the simulated node that runs the cluster's Node name.

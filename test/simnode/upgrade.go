@@ -198,7 +198,19 @@ func (n *Node) Upgrade(ctx context.Context, ref string) error {
 	p := n.plan
 	n.mu.Unlock()
 	n.afterUpgrade(p)
-	return n.reboot(ctx)
+	err := n.reboot(ctx)
+	n.mu.Lock()
+	n.lastUpgrade = err
+	n.mu.Unlock()
+	return err
+}
+
+// LastUpgrade is how the node's last upgrade of its active system ended (Upgrade's result): what
+// the node itself knows, its journal, which the Kairos operator does not report.
+func (n *Node) LastUpgrade() error {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.lastUpgrade
 }
 
 // Upgrades counts the upgrades of the active system the node ran: each wrote an image and
@@ -553,6 +565,12 @@ func (p *plan) documentImage() (image, release string) {
 // runningRelease is what the image script computes from /etc/kairos-release:
 // ${KAIROS_VERSION}-${KAIROS_SOFTWARE_VERSION_PREFIX}${KAIROS_SOFTWARE_VERSION}.
 func (n *Node) runningRelease() string {
+	vars := n.kairosRelease()
+	return vars["KAIROS_VERSION"] + "-" + vars["KAIROS_SOFTWARE_VERSION_PREFIX"] + vars["KAIROS_SOFTWARE_VERSION"]
+}
+
+// kairosRelease reads /etc/kairos-release of the booted image.
+func (n *Node) kairosRelease() map[string]string {
 	raw, _ := os.ReadFile(n.hostPath("/etc/kairos-release"))
 	vars := map[string]string{}
 	for _, line := range strings.Split(string(raw), "\n") {
@@ -563,7 +581,7 @@ func (n *Node) runningRelease() string {
 			vars[k] = v
 		}
 	}
-	return vars["KAIROS_VERSION"] + "-" + vars["KAIROS_SOFTWARE_VERSION_PREFIX"] + vars["KAIROS_SOFTWARE_VERSION"]
+	return vars
 }
 
 // followDocumentImage runs the document's image step on a node's first boot, before its

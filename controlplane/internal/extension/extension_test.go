@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -304,6 +305,7 @@ func newEnv(t *testing.T, operator bool, nodeVersion string) *env {
 	}
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{corev1.LabelHostname: "node-1"}}}
 	node.Status.NodeInfo.KubeletVersion = nodeVersion
+	node.Status.NodeInfo.BootID = "boot-1"
 	b := fake.NewClientBuilder().WithScheme(s).WithRESTMapper(mapper).WithObjects(node)
 	if !operator {
 		// What a client with a REST mapper answers for a kind the API server does not serve.
@@ -413,15 +415,14 @@ func TestUpdateMachineCreatesOneNodeOpUpgradeAndCompletes(t *testing.T) {
 		t.Errorf("message %q does not say what the node runs", resp.GetMessage())
 	}
 
+	if bootID := items[0].GetAnnotations()[BootIDAnnotation]; bootID != "boot-1" {
+		t.Errorf("boot ID annotation %q, want the Node's at creation", bootID)
+	}
+
 	// The node runs the new version: done.
-	node := &corev1.Node{}
-	if err := e.remote.Get(context.Background(), client.ObjectKey{Name: "node-1"}, node); err != nil {
-		t.Fatal(err)
-	}
-	node.Status.NodeInfo.KubeletVersion = "v1.37.0+k3s1"
-	if err := e.remote.Status().Update(context.Background(), node); err != nil {
-		t.Fatal(err)
-	}
+	e.setNode(t, func(n *corev1.Node) {
+		n.Status.NodeInfo.KubeletVersion, n.Status.NodeInfo.BootID = "v1.37.0+k3s1", "boot-2"
+	})
 	resp = e.update(t, newImage)
 	if resp.GetStatus() != runtimehooksv1.ResponseStatusSuccess || resp.GetRetryAfterSeconds() != 0 {
 		t.Fatalf("want done, got %s retry %d: %s", resp.GetStatus(), resp.GetRetryAfterSeconds(), resp.GetMessage())
@@ -429,6 +430,105 @@ func TestUpdateMachineCreatesOneNodeOpUpgradeAndCompletes(t *testing.T) {
 	if n := len(e.upgrades(t)); n != 1 {
 		t.Fatalf("%d NodeOpUpgrades, want 1", n)
 	}
+}
+
+// setNode changes the workload Node.
+func (e *env) setNode(t *testing.T, change func(*corev1.Node)) {
+	t.Helper()
+	node := &corev1.Node{}
+	if err := e.remote.Get(context.Background(), client.ObjectKey{Name: "node-1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	change(node)
+	status := node.Status
+	if err := e.remote.Update(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+	node.Status = status // Update returns the stored status
+	if err := e.remote.Status().Update(context.Background(), node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// completed marks the NodeOpUpgrade Completed for node-1, as the Kairos operator does once the
+// node ran again after its reboot, at the given time.
+func (e *env) completed(t *testing.T, at time.Time) {
+	t.Helper()
+	items := e.upgrades(t)
+	if len(items) != 1 {
+		t.Fatalf("%d NodeOpUpgrades, want 1", len(items))
+	}
+	u := items[0]
+	u.Object["status"] = map[string]any{"phase": "Completed", "lastUpdated": at.UTC().Format(time.RFC3339),
+		"nodeStatuses": map[string]any{"node-1": map[string]any{"phase": "Completed", "message": "Job and reboot completed successfully", "lastUpdated": at.UTC().Format(time.RFC3339)}}}
+	if err := e.remote.Update(context.Background(), &u); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// labelled sets what the Kairos operator's node labeler reports on node-1.
+func labelled(bootState, kairosVersion, softwareVersion string) func(*corev1.Node) {
+	return func(n *corev1.Node) {
+		n.Labels[labelBootState], n.Labels[labelSoftwareVersion] = bootState, softwareVersion
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[annotationKairosVersion] = kairosVersion
+	}
+}
+
+// TestUpdateMachineFallbackReportedCompleted: the Kairos operator reports a node Completed once it
+// runs again after its reboot, also when boot assessment booted the previous image. A version
+// change tells at once (a new boot, the old kubelet version); an image of the same version tells
+// by the node labeler's labels once they are surely fresh.
+func TestUpdateMachineFallbackReportedCompleted(t *testing.T) {
+	t.Run("version", func(t *testing.T) {
+		e := newEnv(t, true, "v1.36.3+k3s1")
+		inProgress(t, e.update(t, newImage))
+		e.completed(t, time.Now())
+		e.setNode(t, func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2" })
+		e.setNode(t, labelled("passive", "v3.5.0", "v1.36.3-k3s1"))
+		resp := e.update(t, newImage)
+		if resp.GetStatus() != runtimehooksv1.ResponseStatusFailure {
+			t.Fatalf("want Failure, got %s: %s", resp.GetStatus(), resp.GetMessage())
+		}
+		for _, want := range []string{"node node-1 came back from its reboot on its previous image", "its kubelet reports v1.36.3+k3s1, not v1.37.0",
+			"kairos.io/boot-state=passive", newImage, "journalctl -u kairos-capi-boot-assessment.service"} {
+			if !strings.Contains(resp.GetMessage(), want) {
+				t.Errorf("message %q lacks %q", resp.GetMessage(), want)
+			}
+		}
+	})
+
+	t.Run("image", func(t *testing.T) {
+		// The same Kubernetes version in a new Kairos release.
+		const sameVersion = "quay.io/kairos/ubuntu:24.04-standard-amd64-generic-v3.6.1-k3sv1.37.0-k3s1"
+		e := newEnv(t, true, "v1.37.0+k3s1")
+		e.setNode(t, labelled("active", "v3.6.0", "v1.37.0-k3s1"))
+		inProgress(t, e.update(t, sameVersion))
+		e.completed(t, time.Now())
+		e.setNode(t, func(n *corev1.Node) { n.Status.NodeInfo.BootID = "boot-2" })
+		// The labels still describe the boot before: wait.
+		resp := e.update(t, sameVersion)
+		if inProgress(t, resp); !strings.Contains(resp.GetMessage(), "node labeler") || !strings.Contains(resp.GetMessage(), "v3.6.1") {
+			t.Errorf("message %q does not say what it waits for", resp.GetMessage())
+		}
+		// Passive, but the labels may be from before the reboot for a while yet: wait.
+		e.setNode(t, labelled("passive", "v3.6.0", "v1.37.0-k3s1"))
+		inProgress(t, e.update(t, sameVersion))
+		// Long enough after the completion for the labeler to have synced: failed.
+		e.completed(t, time.Now().Add(-2*labelerLag))
+		resp = e.update(t, sameVersion)
+		if resp.GetStatus() != runtimehooksv1.ResponseStatusFailure || !strings.Contains(resp.GetMessage(), "previous image") ||
+			!strings.Contains(resp.GetMessage(), "kairos.io/boot-state=passive, Kairos v3.6.0 with v1.37.0-k3s1") {
+			t.Fatalf("want Failure naming the labels, got %s: %s", resp.GetStatus(), resp.GetMessage())
+		}
+		// The labels report the new release on the active image: done.
+		e.setNode(t, labelled("active", "v3.6.1", "v1.37.0-k3s1"))
+		if resp := e.update(t, sameVersion); resp.GetStatus() != runtimehooksv1.ResponseStatusSuccess || resp.GetRetryAfterSeconds() != 0 {
+			t.Fatalf("want done, got %s retry %d: %s", resp.GetStatus(), resp.GetRetryAfterSeconds(), resp.GetMessage())
+		}
+	})
 }
 
 func TestUpdateMachineFailed(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -34,7 +35,7 @@ var NodeOpUpgradeGVK = schema.GroupVersionKind{Group: "operator.kairos.io", Vers
 
 // Phases of a NodeOpUpgrade and of its per-node statuses.
 const (
-	phaseCompleted = "Completed"
+	PhaseCompleted = "Completed"
 	phaseFailed    = "Failed"
 )
 
@@ -183,7 +184,16 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 			progress(fmt.Sprintf("waiting for %s to finish before upgrading node %s to %s: one upgrade of a node at a time", other, nodeName, image))
 			return
 		}
-		nou = newNodeOpUpgrade(name, machine, nodeName, image)
+		// The Node's boot ID now tells later whether it rebooted (outcome.go).
+		node := &corev1.Node{}
+		if err := remote.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
+			if !apierrors.IsNotFound(err) {
+				log.Error(err, "Reading the Node", "Node", nodeName)
+			}
+			progress(fmt.Sprintf("waiting to read Node %s in the workload cluster", nodeName))
+			return
+		}
+		nou = newNodeOpUpgrade(name, machine, nodeName, image, node.Status.NodeInfo.BootID)
 		if err := remote.Create(ctx, nou); err != nil {
 			switch {
 			case meta.IsNoMatchError(err) || isMissingResource(err):
@@ -210,7 +220,7 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 		return
 	}
 	phase, _, _ := unstructured.NestedString(nou.Object, "status", "phase")
-	if phase != phaseCompleted {
+	if phase != PhaseCompleted {
 		if phase == "" {
 			phase = "not picked up by the operator yet"
 		}
@@ -218,9 +228,8 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 		return
 	}
 
-	// The operator is done: the update is done when the Node's kubelet runs the new version (the
-	// node rebooted into the new image; with boot assessment a node that fell back to the previous
-	// image reports the old version).
+	// The operator is done with the node: whether it runs what was asked, only the Node tells
+	// (outcome.go).
 	node := &corev1.Node{}
 	if err := remote.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
 		if !apierrors.IsNotFound(err) {
@@ -229,15 +238,16 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 		progress(fmt.Sprintf("NodeOpUpgrade %s/%s completed; waiting to read Node %s", NodeOpUpgradeNamespace, name, nodeName))
 		return
 	}
-	running := node.Status.NodeInfo.KubeletVersion
-	if version != "" && !sameVersion(running, version) {
-		progress(fmt.Sprintf("NodeOpUpgrade %s/%s completed; waiting for node %s to run %s (it reports %s)",
-			NodeOpUpgradeNamespace, name, nodeName, version, running))
-		return
+	switch o := CompletedOutcome(nou, node, version, image, time.Now()); {
+	case o.Failure != "":
+		failure(o.Failure)
+	case !o.Done:
+		progress(o.Waiting)
+	default:
+		resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
+		resp.SetMessage(fmt.Sprintf("node %s runs %s from %s", nodeName, node.Status.NodeInfo.KubeletVersion, image))
+		resp.SetRetryAfterSeconds(0)
 	}
-	resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
-	resp.SetMessage(fmt.Sprintf("node %s runs %s from %s", nodeName, running, image))
-	resp.SetRetryAfterSeconds(0)
 }
 
 // UpgradeFailure tells whether a NodeOpUpgrade of the extension failed for a node and, if so,
@@ -274,7 +284,7 @@ func (h *Handlers) unfinishedUpgrade(ctx context.Context, remote client.Client, 
 		if u.GetName() == except || u.GetAnnotations()[MachineAnnotation] != machine.Namespace+"/"+machine.Name {
 			continue
 		}
-		if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase != phaseCompleted && phase != phaseFailed {
+		if phase, _, _ := unstructured.NestedString(u.Object, "status", "phase"); phase != PhaseCompleted && phase != phaseFailed {
 			return fmt.Sprintf("NodeOpUpgrade %s/%s (image %s)", u.GetNamespace(), u.GetName(), u.GetAnnotations()[ImageAnnotation]), nil
 		}
 	}
@@ -304,7 +314,7 @@ func sameVersion(a, b string) bool {
 	return core(a) == core(b)
 }
 
-func newNodeOpUpgrade(name string, machine *clusterv1.Machine, nodeName, image string) *unstructured.Unstructured {
+func newNodeOpUpgrade(name string, machine *clusterv1.Machine, nodeName, image, bootID string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"spec": map[string]any{
 			"image": image,
@@ -321,6 +331,6 @@ func newNodeOpUpgrade(name string, machine *clusterv1.Machine, nodeName, image s
 	u.SetNamespace(NodeOpUpgradeNamespace)
 	u.SetName(name)
 	u.SetLabels(map[string]string{clusterv1.ClusterNameLabel: machine.Spec.ClusterName})
-	u.SetAnnotations(map[string]string{MachineAnnotation: machine.Namespace + "/" + machine.Name, ImageAnnotation: image})
+	u.SetAnnotations(map[string]string{MachineAnnotation: machine.Namespace + "/" + machine.Name, ImageAnnotation: image, BootIDAnnotation: bootID})
 	return u
 }

@@ -8,8 +8,9 @@ package kairoscontrolplane
 // remediation, which deletes the Machine, ends the wait). Two things are added here:
 //
 //   - the node's reason is shown where users look: the control plane reads the NodeOpUpgrade the
-//     Kairos extension created (its name is a function of Machine and image) through the
-//     ClusterCache, and writes what the node reported into the Machine's UpToDate condition, the
+//     Kairos extension created (its name is a function of Machine and image) and, once the
+//     operator reports it done, the Node (extension.CompletedOutcome) through the ClusterCache,
+//     and writes what the node reported into the Machine's UpToDate condition, the
 //     KairosControlPlane's RollingOut condition and a Warning event on the Machine;
 //   - correcting the spec resumes the update: once the hook failed for what the Machine was
 //     asked to become, and the KairosControlPlane now asks for something else, the control plane
@@ -27,6 +28,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -104,9 +106,18 @@ func (r *Reconciler) inPlaceFailureReason(ctx context.Context, s *scope, m *clus
 	if msg, failed := extension.UpgradeFailure(nou, m.Status.NodeRef.Name); failed {
 		return msg
 	}
+	phase, _, _ := unstructured.NestedString(nou.Object, "status", "phase")
+	if phase == extension.PhaseCompleted {
+		// The operator reports a node done whichever image it came back on: the Node tells.
+		node := &corev1.Node{}
+		if err := remote.Get(ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, node); err == nil {
+			if o := extension.CompletedOutcome(nou, node, m.Spec.Version, config.Spec.Image, time.Now()); o.Failure != "" {
+				return o.Failure
+			}
+		}
+	}
 	// The NodeOpUpgrade did not fail: the hook failed for another reason (a lost reply, the
 	// Machine's objects), which the Machine controller's log holds.
-	phase, _, _ := unstructured.NestedString(nou.Object, "status", "phase")
 	return fmt.Sprintf("%s while NodeOpUpgrade %s/%s is %q: see the logs of Cluster API's Machine controller", hookFailed, extension.NodeOpUpgradeNamespace, name, phase)
 }
 

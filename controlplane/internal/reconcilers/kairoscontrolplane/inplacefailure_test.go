@@ -7,9 +7,11 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
@@ -88,6 +90,38 @@ func TestInPlaceFailureShowsTheNodesReason(t *testing.T) {
 		t.Fatalf("%d events, want 1", n)
 	}
 	containsAll(t, "event", <-recorder.Events, "Warning InPlaceUpdateFailed", nodeSaid)
+}
+
+// TestInPlaceFailureFallbackReportedCompleted: the Kairos operator reports the NodeOpUpgrade
+// Completed although boot assessment brought the node back on its previous image; the control
+// plane reads the Node and says so where users look.
+func TestInPlaceFailureFallbackReportedCompleted(t *testing.T) {
+	ctx := testContext(t)
+	f := failedUpdateFixture(t)
+	for _, o := range f.workloadObjs {
+		if nou, ok := o.(*unstructured.Unstructured); ok {
+			nou.Object["status"] = map[string]any{"phase": "Completed", "message": "Upgrade operation completed successfully",
+				"nodeStatuses": map[string]any{"m1": map[string]any{"phase": "Completed", "message": "Job and reboot completed successfully"}}}
+			nou.SetAnnotations(map[string]string{extension.BootIDAnnotation: "boot-1"})
+		}
+	}
+	e := f.build()
+	// m1's Node rebooted (another boot ID) and runs the previous version; the node labeler says
+	// it booted the passive (fallback) entry.
+	node := &corev1.Node{}
+	if err := e.wc.Get(ctx, client.ObjectKey{Name: "m1"}, node); err != nil {
+		t.Fatal(err)
+	}
+	node.Labels = map[string]string{"kairos.io/boot-state": "passive", "kairos.io/software-version": "v1.31.0-k0s.0"}
+	node.Annotations = mergeMaps(node.Annotations, map[string]string{"kairos.io/version": "v3.5.0"})
+	node.Status.NodeInfo.KubeletVersion, node.Status.NodeInfo.BootID = "v1.31.0+k0s", "boot-2"
+	if err := e.wc.Update(ctx, node); err != nil {
+		t.Fatal(err)
+	}
+	s := e.scope(ctx)
+	updateStatus(ctx, s)
+	containsAll(t, "RollingOut", conditions.Get(e.kcp, controlplanev1.RollingOutCondition).Message,
+		"Machine m1: in-place update failed", "node m1 came back from its reboot on its previous image", "kairos.io/boot-state=passive", newImage)
 }
 
 // TestInPlaceFailureWithoutNodeOpUpgrade: when the extension failed before creating a
