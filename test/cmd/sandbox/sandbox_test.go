@@ -30,28 +30,7 @@ import (
 // kubeconfig, and, stopped by Ctrl-C typed on that terminal, end cleanly with make's status 0
 // and no make error, leaving no process behind.
 func TestSandbox(t *testing.T) {
-	dir := t.TempDir()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := framework.StartProcessOnTerminal("make sandbox", filepath.Join(dir, "sandbox.log"), nil,
-		"make", "-C", root, "--no-print-directory", "sandbox", "SANDBOX_ARGS=-cluster sbx -workers 1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Stop(30 * time.Second) })
-
-	framework.Eventually(t, 6*time.Minute, func() error {
-		if exited, err := p.Exited(); exited {
-			t.Fatalf("the sandbox exited early (%v):\n%s", err, p.Output())
-		}
-		if !strings.Contains(p.Output(), "The sandbox is running") {
-			return fmt.Errorf("waiting for the sandbox; output so far:\n%s", tail(p.Output(), 20))
-		}
-		return nil
-	})
-	out := p.Output()
+	p, out := startSandbox(t, "sandbox", "-cluster sbx -workers 1", 6*time.Minute)
 	for _, want := range []string{"clusterctl init", "KairosControlPlane/sbx-control-plane", "Available=True", "kubectl scale kairoscontrolplane sbx-control-plane"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the sandbox's output lacks %q:\n%s", want, out)
@@ -133,6 +112,32 @@ func TestSandbox(t *testing.T) {
 	stopWithCtrlC(t, p, children)
 }
 
+// startSandbox runs `make target SANDBOX_ARGS=args` on a terminal of its own, as a user does, and
+// waits up to limit for it to say it is running; it returns the process and its output so far.
+func startSandbox(t *testing.T, target, args string, limit time.Duration) (*framework.Process, string) {
+	t.Helper()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := framework.StartProcessOnTerminal("make "+target, filepath.Join(t.TempDir(), "sandbox.log"), nil,
+		"make", "-C", root, "--no-print-directory", target, "SANDBOX_ARGS="+args)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop(30 * time.Second) })
+	framework.Eventually(t, limit, func() error {
+		if exited, err := p.Exited(); exited {
+			t.Fatalf("make %s exited early (%v):\n%s", target, err, p.Output())
+		}
+		if !strings.Contains(p.Output(), "The sandbox is running") {
+			return fmt.Errorf("waiting for make %s; output so far:\n%s", target, tail(p.Output(), 20))
+		}
+		return nil
+	})
+	return p, p.Output()
+}
+
 // stopWithCtrlC types Ctrl-C on the sandbox's terminal and checks that make ends with status 0
 // and no make error, and that none of children (the processes below make) is left.
 func stopWithCtrlC(t *testing.T, p *framework.Process, children []int) {
@@ -171,28 +176,7 @@ func stopWithCtrlC(t *testing.T, p *framework.Process, children []int) {
 // the control plane moves to the next minor version and Kairos image on the same Machine, and
 // Ctrl-C ends it cleanly.
 func TestSandboxInPlace(t *testing.T) {
-	dir := t.TempDir()
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p, err := framework.StartProcessOnTerminal("make sandbox-in-place", filepath.Join(dir, "sandbox.log"), nil,
-		"make", "-C", root, "--no-print-directory", "sandbox-in-place", "SANDBOX_ARGS=-cluster sbxip")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Stop(30 * time.Second) })
-
-	framework.Eventually(t, 8*time.Minute, func() error {
-		if exited, err := p.Exited(); exited {
-			t.Fatalf("the sandbox exited early (%v):\n%s", err, p.Output())
-		}
-		if !strings.Contains(p.Output(), "The sandbox is running") {
-			return fmt.Errorf("waiting for the sandbox's in-place upgrade; output so far:\n%s", tail(p.Output(), 20))
-		}
-		return nil
-	})
-	out := p.Output()
+	p, out := startSandbox(t, "sandbox-in-place", "-cluster sbxip", 8*time.Minute)
 	for _, want := range []string{
 		"In-place updates: ExtensionConfig",
 		"Installing the Kairos operator in the workload cluster",
