@@ -73,7 +73,11 @@ func CompletedOutcome(nou *unstructured.Unstructured, node *corev1.Node, version
 
 	if version != "" && !sameVersion(kubelet, version) {
 		if rebooted {
-			return fellBack(fmt.Sprintf("its kubelet reports %s, not %s%s", kubelet, version, labelerSays(node)))
+			what := fmt.Sprintf("its kubelet reports %s, not %s", kubelet, version)
+			if says := labelerSays(node); says != "" {
+				what += "; " + says
+			}
+			return fellBack(what)
 		}
 		return Outcome{Waiting: fmt.Sprintf("%s completed; waiting for node %s to come back from its reboot with %s (its kubelet reports %s)", ref, node.Name, version, kubelet)}
 	}
@@ -89,7 +93,7 @@ func CompletedOutcome(nou *unstructured.Unstructured, node *corev1.Node, version
 		return Outcome{Done: true}
 	}
 	if rebooted && settled && node.Labels[labelBootState] == bootStatePassive {
-		return fellBack(strings.TrimPrefix(labelerSays(node), "; "))
+		return fellBack(labelerSays(node))
 	}
 	return Outcome{Waiting: fmt.Sprintf("%s completed; waiting for the Kairos operator's node labeler to report Kairos %s with %s on node %s (it reports %s with %s, boot state %s)",
 		ref, want.KairosVersion, want.SoftwareVersion(), node.Name, node.Annotations[annotationKairosVersion], reported, node.Labels[labelBootState])}
@@ -101,7 +105,7 @@ func labelerSays(node *corev1.Node) string {
 	if !ok {
 		return ""
 	}
-	return fmt.Sprintf("; the node labeler reports %s=%s, Kairos %s with %s", labelBootState, state, node.Annotations[annotationKairosVersion], node.Labels[labelSoftwareVersion])
+	return fmt.Sprintf("the node labeler reports %s=%s, Kairos %s with %s", labelBootState, state, node.Annotations[annotationKairosVersion], node.Labels[labelSoftwareVersion])
 }
 
 // completedAt is when the operator last updated the node's status in the NodeOpUpgrade (its

@@ -185,11 +185,8 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 			return
 		}
 		// The Node's boot ID now tells later whether it rebooted (outcome.go).
-		node := &corev1.Node{}
-		if err := remote.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
-			if !apierrors.IsNotFound(err) {
-				log.Error(err, "Reading the Node", "Node", nodeName)
-			}
+		node, ok := readNode(ctx, remote, nodeName)
+		if !ok {
 			progress(fmt.Sprintf("waiting to read Node %s in the workload cluster", nodeName))
 			return
 		}
@@ -230,11 +227,8 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 
 	// The operator is done with the node: whether it runs what was asked, only the Node tells
 	// (outcome.go).
-	node := &corev1.Node{}
-	if err := remote.Get(ctx, client.ObjectKey{Name: nodeName}, node); err != nil {
-		if !apierrors.IsNotFound(err) {
-			log.Error(err, "Reading the Node", "Node", nodeName)
-		}
+	node, ok := readNode(ctx, remote, nodeName)
+	if !ok {
 		progress(fmt.Sprintf("NodeOpUpgrade %s/%s completed; waiting to read Node %s", NodeOpUpgradeNamespace, name, nodeName))
 		return
 	}
@@ -248,6 +242,19 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 		resp.SetMessage(fmt.Sprintf("node %s runs %s from %s", nodeName, node.Status.NodeInfo.KubeletVersion, image))
 		resp.SetRetryAfterSeconds(0)
 	}
+}
+
+// readNode reads a workload Node; an error other than NotFound is logged, and either is a reason
+// to ask again later.
+func readNode(ctx context.Context, remote client.Client, name string) (*corev1.Node, bool) {
+	node := &corev1.Node{}
+	if err := remote.Get(ctx, client.ObjectKey{Name: name}, node); err != nil {
+		if !apierrors.IsNotFound(err) {
+			ctrl.LoggerFrom(ctx).Error(err, "Reading the Node", "Node", name)
+		}
+		return nil, false
+	}
+	return node, true
 }
 
 // UpgradeFailure tells whether a NodeOpUpgrade of the extension failed for a node and, if so,
