@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"reflect"
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/kairos-capi/kairos-capi/common/syntax"
 	yipschema "github.com/mudler/yip/pkg/schema"
 	yipcloudinit "github.com/mudler/yip/pkg/schema/cloudinit"
 	"go.yaml.in/yaml/v3"
@@ -326,8 +329,14 @@ func (c *nodeCheck) scalar(n *yaml.Node, t reflect.Type, path string) {
 		c.add(path, "must be %s, not a %s", wanted(t), kindName(n))
 		return
 	}
-	if c.fragment && isInteger(t) {
-		c.literal(n, v.Elem(), path)
+	switch {
+	case isInteger(t):
+		if c.fragment && c.literal(n, v.Elem(), path) {
+			return
+		}
+		c.applied(v.Elem(), path)
+	case t.Kind() == reflect.String:
+		c.text(v.Elem().String(), path)
 	}
 }
 
@@ -346,7 +355,8 @@ func isInteger(t reflect.Type) bool {
 // 1_000 is 1000, and a whole float such as 420.0 or 6.4e2 is accepted for an integer field.
 // Modes (permissions) are meant in octal: written in decimal (644), yip takes the decimal
 // number, another mode altogether.
-func (c *nodeCheck) literal(n *yaml.Node, v reflect.Value, path string) {
+// It reports whether it refused the number.
+func (c *nodeCheck) literal(n *yaml.Node, v reflect.Value, path string) bool {
 	var got uint64
 	if v.CanUint() {
 		got = v.Uint()
@@ -355,15 +365,234 @@ func (c *nodeCheck) literal(n *yaml.Node, v reflect.Value, path string) {
 	}
 	text := strings.TrimLeft(n.Value, "+-")
 	mode := strings.HasSuffix(path, "permissions")
+	leadingZero := len(text) > 1 && text[0] == '0' && text[1] >= '0' && text[1] <= '9'
 	switch {
+	case mode && n.ShortTag() == "!!float" && leadingZero && !strings.ContainsAny(text, ".eE"):
+		// 0648: not octal (8 and 9 are no octal digits), so go-yaml falls back to a float.
+		c.add(path, "%q is not an octal number (8 and 9 are not octal digits): yip reads it as the decimal number %d (mode %#o)", n.Value, got, got)
 	case n.ShortTag() == "!!float":
 		c.add(path, "write the whole number itself, not %q: yip reads it as %d", n.Value, got)
 	case strings.Contains(text, "_"):
 		c.add(path, "write the number without underscores, not %q: yip reads it as %d", n.Value, got)
 	case mode && len(text) > 1 && text[0] != '0':
 		c.add(path, "a mode is octal: write it with a leading zero (0644), not %q, which yip reads as the decimal number %d (mode %#o)", n.Value, got, got)
-	case !mode && len(text) > 1 && text[0] == '0' && text[1] >= '0' && text[1] <= '9':
+	case !mode && leadingZero:
 		c.add(path, "write %q without the leading zero: yip reads it as the octal number %d", n.Value, got)
+	default:
+		return false
+	}
+	return true
+}
+
+// maxID is the largest user or group id (syntax.MaxID: 32 bits, less (uid_t)-1).
+const maxID = syntax.MaxID
+
+// applied refuses a whole number that yip decodes as written but then applies as something
+// else: a mode with bits beyond 0777, an owner or group outside the kernel's 32-bit ids, a
+// download timeout or a partition size that overflows when yip converts it. The renderer never
+// writes such values, so whole documents are checked too.
+func (c *nodeCheck) applied(v reflect.Value, path string) {
+	var got int64
+	if v.CanUint() {
+		if v.Uint() > math.MaxInt64 {
+			got = math.MaxInt64
+		} else {
+			got = int64(v.Uint())
+		}
+	} else {
+		got = v.Int()
+	}
+	switch {
+	case strings.HasSuffix(path, ".permissions"):
+		c.mode(uint64(got), path)
+	case strings.HasSuffix(path, ".owner") || strings.HasSuffix(path, ".group"):
+		switch {
+		case got == -1 || got == maxID+1:
+			c.add(path, "%d is not an id: chown reads it as \"leave unchanged\" (root for a file yip creates); write the id (0 for root)", got)
+		case got < 0 || got > maxID:
+			c.add(path, "an id is a number from 0 to %d: the kernel keeps its low 32 bits, so yip's chown sets %d, not %d", maxID, uint32(got), got)
+		}
+	case strings.HasSuffix(path, ".timeout") && strings.Contains(path, "downloads["):
+		if got > math.MaxInt64/int64(time.Second) {
+			d := time.Duration(got) * time.Second
+			what := "no timeout at all"
+			if d > 0 {
+				what = "a timeout of " + d.String()
+			}
+			c.add(path, "%d seconds overflows when yip turns it into a duration (%d s at most): the download gets %s", got, math.MaxInt64/int64(time.Second), what)
+		}
+	case strings.HasSuffix(path, ".size") && strings.Contains(path, ".layout."):
+		if size := v.Uint(); size >= 1<<44 {
+			wrapped := size & (1<<44 - 1)
+			what := fmt.Sprintf("%d MiB", wrapped)
+			if wrapped == 0 {
+				what = "0, which yip reads as all the space left"
+			}
+			c.add(path, "%d MiB overflows when yip converts it to bytes (64 bits, %d MiB at most): the size becomes %s", size, uint64(1<<44-1), what)
+		}
+	}
+}
+
+// mode refuses a file mode that yip does not apply as written: yip hands it to chmod as Go's
+// os.FileMode, which keeps only the permission bits 0777; its setuid, setgid and sticky bits
+// are 1<<23, 1<<22 and 1<<20, not 04000, 02000 and 01000.
+func (c *nodeCheck) mode(m uint64, path string) {
+	applied := m & 0o777
+	for bit, unix := range map[uint64]uint64{1 << 23: 0o4000, 1 << 22: 0o2000, 1 << 20: 0o1000} {
+		if m&bit != 0 {
+			applied |= unix
+		}
+	}
+	if applied != m {
+		c.add(path, "yip applies only the permission bits 0777 of a mode (as Go's os.FileMode, whose setuid, setgid and sticky bits are not 04000, 02000 and 01000): %#o is applied as %#o; set special bits with a command", m, applied)
+	}
+}
+
+// text checks string fields that yip, or the node, reads as numbers or ids after decoding.
+func (c *nodeCheck) text(s, path string) {
+	if s == "" || strings.Contains(s, "{{") {
+		return // empty means unset; a template is rendered on the node first
+	}
+	switch {
+	case strings.HasSuffix(path, ".uid") && (strings.HasPrefix(path, "users[") || strings.Contains(path, "].users.")):
+		c.uid(s, path)
+	case strings.HasSuffix(path, ".ownerstring") ||
+		(strings.HasSuffix(path, ".owner") && strings.HasPrefix(path, "write_files[")):
+		c.ownerString(s, path)
+	case strings.HasSuffix(path, ".entity") && strings.Contains(path, "_entities["):
+		c.entity(s, path)
+	case strings.Contains(path, "].sysctl."):
+		c.sysctl(s, path)
+	}
+}
+
+// uid: yip reads a user's uid with strconv.Atoi (plugins/user.go), decimal only, and does not
+// create the user when that fails or gives -1.
+func (c *nodeCheck) uid(s, path string) {
+	id, err := strconv.Atoi(s)
+	text := strings.TrimLeft(s, "+-")
+	switch {
+	case err != nil:
+		c.add(path, "%q is not a decimal uid: yip reads the uid with strconv.Atoi, fails, and does not create the user", s)
+	case id < 0 || id > maxID:
+		c.add(path, "a uid is a number from 0 to %d, not %q: yip does not create the user, or gives it an id the kernel cannot hold", maxID, s)
+	case len(text) > 1 && text[0] == '0':
+		c.add(path, "write %q without the leading zero: yip reads the uid as the decimal number %d, not the octal one a YAML integer would be", s, id)
+	}
+}
+
+// ownerString: yip resolves "user:group" (or "user") through the node's user database by name
+// (utils.GetUserDataFromString, os/user.Lookup): a number there is looked up as a name, not
+// taken as an id, the lookup fails and the file keeps root as its owner.
+func (c *nodeCheck) ownerString(s, path string) {
+	user, group, _ := strings.Cut(s, ":")
+	for _, part := range []struct{ what, value string }{{"user", user}, {"group", group}} {
+		if part.value == "" || strings.Trim(part.value, "0123456789") != "" {
+			continue
+		}
+		hint := "use the numeric owner and group keys of a stage file instead"
+		if strings.HasPrefix(path, "stages.") {
+			hint = "write the ids as owner and group instead"
+		}
+		c.add(path, "yip looks %q up as a %s name, not an id: the node has no %s of that name, so the file keeps root as its owner; %s", part.value, part.what, part.what, hint)
+		return
+	}
+}
+
+// Entities (yip ensure_entities and delete_entities, github.com/mudler/entities) are YAML
+// documents of their own, read with the same decoder as the stages; the types mirror those of
+// entities v0.8.3 (pkg/entities), kind included.
+type (
+	entityUser struct {
+		Kind     string `yaml:"kind"`
+		Username string `yaml:"username"`
+		Password string `yaml:"password"`
+		Uid      int    `yaml:"uid"`
+		Gid      int    `yaml:"gid"`
+		Group    string `yaml:"group"`
+		Info     string `yaml:"info"`
+		Homedir  string `yaml:"homedir"`
+		Shell    string `yaml:"shell"`
+	}
+	entityShadow struct {
+		Kind           string `yaml:"kind"`
+		Username       string `yaml:"username"`
+		Password       string `yaml:"password"`
+		LastChanged    string `yaml:"last_changed"`
+		MinimumChanged string `yaml:"minimum_changed"`
+		MaximumChanged string `yaml:"maximum_changed"`
+		Warn           string `yaml:"warn"`
+		Inactive       string `yaml:"inactive"`
+		Expire         string `yaml:"expire"`
+		Reserved       string `yaml:"reserved"`
+	}
+	entityGroup struct {
+		Kind     string `yaml:"kind"`
+		Name     string `yaml:"group_name"`
+		Password string `yaml:"password"`
+		Gid      *int   `yaml:"gid"`
+		Users    string `yaml:"users"`
+	}
+	entityGShadow struct {
+		Kind           string `yaml:"kind"`
+		Name           string `yaml:"name"`
+		Password       string `yaml:"password"`
+		Administrators string `yaml:"administrators"`
+		Members        string `yaml:"members"`
+	}
+)
+
+var entityKinds = map[string]reflect.Type{
+	"user":    reflect.TypeFor[entityUser](),
+	"shadow":  reflect.TypeFor[entityShadow](),
+	"group":   reflect.TypeFor[entityGroup](),
+	"gshadow": reflect.TypeFor[entityGShadow](),
+}
+
+// entity checks an entity document the way the node reads it; its paths continue the entity's
+// path (stages.boot[0].ensure_entities[0].entity.uid).
+func (c *nodeCheck) entity(s, path string) {
+	root, err := parseRoot([]byte(s))
+	switch {
+	case errors.Is(err, errNotAMapping):
+		c.add(path, "must be a YAML mapping (kind, username, uid, ...): the node does not apply it")
+		return
+	case err != nil:
+		c.add(path, "is not valid YAML, so the node does not apply it: %s", yamlMessage(err))
+		return
+	}
+	kind := lookup(root, "kind")
+	if kind == nil || entityKinds[kind.Value] == nil {
+		got := ""
+		if kind != nil {
+			got = kind.Value
+		}
+		c.add(join(path, "kind"), "must be user, shadow, group or gshadow, not %q: the node does not apply the entity", got)
+		return
+	}
+	c.decode(root, entityKinds[kind.Value], path)
+}
+
+// sysctl: yip writes the value to /proc/sys as it is, and the kernel reads numbers with base 0
+// (proc_dointvec): 010 is 8, and 08 is refused.
+func (c *nodeCheck) sysctl(s, path string) {
+	fields := strings.Fields(s)
+	for _, f := range fields {
+		if strings.Trim(strings.TrimPrefix(f, "-"), "0123456789") != "" {
+			return // not a list of numbers: a string setting
+		}
+	}
+	for _, f := range fields {
+		digits := strings.TrimPrefix(f, "-")
+		if len(digits) < 2 || digits[0] != '0' {
+			continue
+		}
+		if v, err := strconv.ParseInt(f, 0, 64); err == nil {
+			c.add(path, "write %q without the leading zero: the kernel reads it as the octal number %d", f, v)
+		} else {
+			c.add(path, "write %q without the leading zero: the kernel reads a leading zero as octal and refuses it", f)
+		}
+		return
 	}
 }
 
@@ -395,9 +624,13 @@ func (c *nodeCheck) writeFilePermissions(root *yaml.Node) {
 		if p == nil || p.Kind != yaml.ScalarNode || p.Value == "" {
 			continue
 		}
-		if _, err := strconv.ParseUint(p.Value, 8, 32); err != nil {
-			c.add(fmt.Sprintf("write_files[%d].permissions", i), "%q is not an octal file mode such as \"0644\": yip would refuse the whole document", p.Value)
+		path := fmt.Sprintf("write_files[%d].permissions", i)
+		m, err := strconv.ParseUint(p.Value, 8, 32)
+		if err != nil {
+			c.add(path, "%q is not an octal file mode such as \"0644\": yip would refuse the whole document", p.Value)
+			continue
 		}
+		c.mode(m, path)
 	}
 }
 

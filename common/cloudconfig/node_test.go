@@ -199,3 +199,96 @@ func TestCheckFragmentNumbersMeanWhatTheySay(t *testing.T) {
 		t.Errorf("a rendered document's decimal mode is refused: %v", p)
 	}
 }
+
+// TestCheckFragmentNumbersAsYipApplies: every number of yip's schema (and the strings yip or the
+// node reads as numbers or ids), in the shapes that yip decodes or applies as something other
+// than what they look like. Each is refused at its path with what the node would do; the plain
+// spellings next to them pass.
+func TestCheckFragmentNumbersAsYipApplies(t *testing.T) {
+	step := func(s string) string { return "stages:\n  boot:\n    - " + s + "\n" }
+	file := func(kv string) string { return step("files:\n        - path: /etc/x\n          " + kv) }
+	dir := func(kv string) string { return step("directories:\n        - path: /etc/x\n          " + kv) }
+	download := func(kv string) string {
+		return step("downloads:\n        - path: /etc/x\n          url: https://example.com/x\n          " + kv)
+	}
+	entity := func(lines string) string {
+		return step("ensure_entities:\n        - path: /etc/passwd\n          entity: |\n            " + strings.ReplaceAll(lines, "\n", "\n            "))
+	}
+	for _, tc := range []struct {
+		name, doc, path, want string // want "" passes
+	}{
+		// Modes: yip applies os.FileMode(permissions), which keeps only 0777.
+		{"files permissions setuid", file("permissions: 04755"), "stages.boot[0].files[0].permissions", "04755 is applied as 0755"},
+		{"files permissions 0o7777", file("permissions: 0o7777"), "stages.boot[0].files[0].permissions", "07777 is applied as 0777"},
+		{"files permissions Go setuid bit", file("permissions: 0o40000755"), "stages.boot[0].files[0].permissions", "040000755 is applied as 04755"},
+		{"directories permissions sticky", dir("permissions: 01777"), "stages.boot[0].directories[0].permissions", "01777 is applied as 0777"},
+		{"downloads permissions setgid", download("permissions: 02755"), "stages.boot[0].downloads[0].permissions", "02755 is applied as 0755"},
+		{"write_files permissions setuid", "write_files:\n  - path: /etc/x\n    permissions: \"4755\"\n", "write_files[0].permissions", "04755 is applied as 0755"},
+		{"files permissions not octal", file("permissions: 0648"), "stages.boot[0].files[0].permissions", `"0648" is not an octal number (8 and 9 are not octal digits): yip reads it as the decimal number 648 (mode 01210)`},
+		{"files permissions hex", file("permissions: 0x1a4"), "", ""},
+		{"files permissions 0o", file("permissions: 0o755"), "", ""},
+		{"directories permissions plus sign", dir("permissions: +0755"), "", ""},
+		{"write_files permissions without zero", "write_files:\n  - path: /etc/x\n    permissions: \"644\"\n", "", ""},
+		// Owners and groups: chown keeps the low 32 bits; -1 leaves the owner unchanged.
+		{"files owner 2^32 is root", file("owner: 4294967296"), "stages.boot[0].files[0].owner", "so yip's chown sets 0, not 4294967296"},
+		{"files group negative", file("group: -2"), "stages.boot[0].files[0].group", "so yip's chown sets 4294967294, not -2"},
+		{"directories owner -1", dir("owner: -1"), "stages.boot[0].directories[0].owner", `-1 is not an id: chown reads it as "leave unchanged"`},
+		{"downloads group (uid_t)-1", download("group: 4294967295"), "stages.boot[0].downloads[0].group", `4294967295 is not an id`},
+		{"directories group leading zero", dir("group: 0100"), "stages.boot[0].directories[0].group", `write "0100" without the leading zero: yip reads it as the octal number 64`},
+		{"downloads owner float", download("owner: 1e3"), "stages.boot[0].downloads[0].owner", `write the whole number itself, not "1e3": yip reads it as 1000`},
+		{"files owner largest id", file("owner: 4294967294"), "", ""},
+		{"files owner hex", file("owner: 0x3e8"), "", ""},
+		// Numeric ids in owner strings are looked up as names.
+		{"files ownerstring numeric", file("ownerstring: \"1000:1000\""), "stages.boot[0].files[0].ownerstring", `yip looks "1000" up as a user name, not an id`},
+		{"downloads ownerstring numeric group", download("ownerstring: kairos:100"), "stages.boot[0].downloads[0].ownerstring", `yip looks "100" up as a group name`},
+		{"write_files owner numeric", "write_files:\n  - path: /etc/x\n    owner: \"0:0\"\n", "write_files[0].owner", `yip looks "0" up as a user name, not an id`},
+		{"files ownerstring names", file("ownerstring: kairos:admin"), "", ""},
+		// Download timeouts: seconds times time.Second in 64 bits.
+		{"downloads timeout overflow", download("timeout: 18446744074"), "stages.boot[0].downloads[0].timeout", "the download gets a timeout of 290.448384ms"},
+		{"downloads timeout overflow negative", download("timeout: 9223372037"), "stages.boot[0].downloads[0].timeout", "the download gets no timeout at all"},
+		{"downloads timeout leading zero", download("timeout: 030"), "stages.boot[0].downloads[0].timeout", "octal number 24"},
+		{"downloads timeout largest", download("timeout: 9223372036"), "", ""},
+		// Layout sizes: MiB times 1048576 in 64 bits.
+		{"expand_partition size overflow", step("layout:\n        expand_partition:\n          size: 17592186044417"), "stages.boot[0].layout.expand_partition.size", "the size becomes 1 MiB"},
+		{"add_partitions size overflow to zero", step("layout:\n        add_partitions:\n          - fsLabel: x\n            size: 17592186044416"), "stages.boot[0].layout.add_partitions[0].size", "the size becomes 0, which yip reads as all the space left"},
+		{"add_partitions size leading zero", step("layout:\n        add_partitions:\n          - fsLabel: x\n            size: 01024"), "stages.boot[0].layout.add_partitions[0].size", "octal number 532"},
+		{"expand_partition size plain", step("layout:\n        expand_partition:\n          size: 20480"), "", ""},
+		// User uids are strings that yip reads with strconv.Atoi.
+		{"stage users uid hex", step("users:\n        ops:\n          uid: 0x3e8"), "stages.boot[0].users.ops.uid", `"0x3e8" is not a decimal uid: yip reads the uid with strconv.Atoi, fails, and does not create the user`},
+		{"stage users uid underscores", step("users:\n        ops:\n          uid: 1_000"), "stages.boot[0].users.ops.uid", `"1_000" is not a decimal uid`},
+		{"stage users uid float", step("users:\n        ops:\n          uid: 1e3"), "stages.boot[0].users.ops.uid", `"1e3" is not a decimal uid`},
+		{"stage users uid leading zero", step("users:\n        ops:\n          uid: 01000"), "stages.boot[0].users.ops.uid", `write "01000" without the leading zero: yip reads the uid as the decimal number 1000`},
+		{"users uid negative", "users:\n  - name: ops\n    uid: -1\n", "users[0].uid", `a uid is a number from 0 to 4294967294, not "-1"`},
+		{"users uid beyond 32 bits", "users:\n  - name: ops\n    uid: \"4294967296\"\n", "users[0].uid", `not "4294967296"`},
+		{"users uid plain", "users:\n  - name: ops\n    uid: 1000\n", "", ""},
+		{"stage users uid quoted", step("users:\n        ops:\n          uid: \"1001\""), "", ""},
+		// Entities are YAML documents of their own, with integer uid and gid.
+		{"ensure_entities user uid leading zero", entity("kind: user\nusername: ops\nuid: 01000\ngid: 1000"), "stages.boot[0].ensure_entities[0].entity.uid", "octal number 512"},
+		{"ensure_entities user gid underscores", entity("kind: user\nusername: ops\nuid: 1000\ngid: 1_000"), "stages.boot[0].ensure_entities[0].entity.gid", "without underscores"},
+		{"ensure_entities group gid float", entity("kind: group\ngroup_name: ops\ngid: 1e3"), "stages.boot[0].ensure_entities[0].entity.gid", `write the whole number itself, not "1e3"`},
+		{"ensure_entities user uid string", entity("kind: user\nusername: ops\nuid: x1000"), "stages.boot[0].ensure_entities[0].entity.uid", "must be a whole number"},
+		{"ensure_entities unknown kind", entity("kind: users\nusername: ops"), "stages.boot[0].ensure_entities[0].entity.kind", `must be user, shadow, group or gshadow, not "users"`},
+		{"ensure_entities unknown key", entity("kind: user\nusername: ops\nuid: 1000\nhome: /x"), "stages.boot[0].ensure_entities[0].entity.home", "is not a key yip knows here"},
+		{"delete_entities not a mapping", step("delete_entities:\n        - path: /etc/passwd\n          entity: ops"), "stages.boot[0].delete_entities[0].entity", "must be a YAML mapping"},
+		{"ensure_entities user plain", entity("kind: user\nusername: ops\nuid: 1000\ngid: 1000\nhomedir: /home/ops\nshell: /bin/sh"), "", ""},
+		{"ensure_entities user auto uid", entity("kind: user\nusername: ops\nuid: -1\ngid: 1000"), "", ""},
+		{"ensure_entities template", entity("kind: user\nusername: ops\nuid: {{ .Values.uid }}"), "", ""},
+		// sysctl values go to /proc/sys as written; the kernel reads numbers with base 0.
+		{"sysctl value leading zero", step("sysctl:\n        vm.swappiness: \"010\""), "stages.boot[0].sysctl.vm.swappiness", `write "010" without the leading zero: the kernel reads it as the octal number 8`},
+		{"sysctl range leading zero", step("sysctl:\n        net.ipv4.ip_local_port_range: 32768 060999"), "stages.boot[0].sysctl.net.ipv4.ip_local_port_range", `the kernel reads a leading zero as octal and refuses it`},
+		{"sysctl plain", step("sysctl:\n        vm.swappiness: 10\n        net.ipv4.ip_local_port_range: 32768 60999\n        kernel.core_pattern: core.%p"), "", ""},
+	} {
+		problems := CheckFragment([]byte(tc.doc))
+		switch {
+		case tc.want == "" && len(problems) > 0:
+			t.Errorf("%s: refused: %v", tc.name, problems)
+		case tc.want != "" && (len(problems) != 1 || problems[0].Path != tc.path || !strings.Contains(problems[0].Message, tc.want)):
+			t.Errorf("%s: problems %v, want one at %s containing %q", tc.name, problems, tc.path, tc.want)
+		}
+	}
+	// These are what the node does, whoever wrote them: a whole document is refused too.
+	doc := Header + "\n" + file("permissions: 420 # 0644") + "        - path: /usr/local/bin/x\n          permissions: 2541 # 04755\n"
+	if p := CheckNode([]byte(doc)); len(p) != 1 || p[0].Path != "stages.boot[0].files[1].permissions" {
+		t.Errorf("a whole document's setuid mode: %v", p)
+	}
+}

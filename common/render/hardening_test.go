@@ -51,6 +51,25 @@ func TestRefusedInputs(t *testing.T) {
 		{"install without spec install", k0sWorker, frag("install:\n  auto: true\n"), "Fragments[1]", "install", "an install without reboot"},
 		{"unknown step key", k0sWorker, frag("stages:\n  boot:\n    - owner_string: a\n"), "Fragments[1]", "stages.boot[0].owner_string", "not a key yip knows"},
 		{"invalid UTF-8", k0sWorker, frag("hostname: \xff\n"), "Fragments[1]", "", "invalid leading UTF-8 octet"},
+		{"fragment file owner beyond 32 bits", k0sWorker, frag("stages:\n  boot:\n    - files:\n        - path: /etc/x\n          owner: 4294967296\n          permissions: 0600\n"),
+			"Fragments[1]", "stages.boot[0].files[0].owner", "so yip's chown sets 0, not 4294967296"},
+		{"fragment entity uid leading zero", k0sWorker, frag("stages:\n  boot:\n    - ensure_entities:\n        - path: /etc/passwd\n          entity: |\n            kind: user\n            username: ops\n            uid: 01000\n"),
+			"Fragments[1]", "stages.boot[0].ensure_entities[0].entity.uid", "octal number 512"},
+		{"fragment write_files numeric owner", k0sWorker, frag("write_files:\n  - path: /etc/x\n    owner: 1000:1000\n"),
+			"Fragments[1]", "write_files[0].owner", `yip looks "1000" up as a user name`},
+		// Files: what yip applies.
+		{"file mode with setuid", func() Node {
+			n := k0sWorker()
+			n.Files = []File{{Path: "/opt/x", Content: "x", Permissions: 0o4755}}
+			return n
+		}, nil,
+			"Files[0].Permissions", "", "it keeps only the permission bits 0777"},
+		{"file owner beyond 32 bits", func() Node {
+			n := k0sWorker()
+			n.Files = []File{{Path: "/opt/x", Content: "x", Owner: "4294967296:0"}}
+			return n
+		}, nil,
+			"Files[0].Owner", "", "numeric ids at most 4294967294"},
 
 		// Managed flags, every spelling.
 		{"--single", func() Node { n := k0sInit(); n.Args = []string{"--single"}; return n }, nil, "Args[0]", "", "--single is managed"},

@@ -261,11 +261,11 @@ func (n *Node) validateFiles(p *problems) {
 		case f.Path == SentinelPath:
 			p.add(field+".Path", "%q is the bootstrap sentinel, written only once bootstrap succeeded", f.Path)
 		}
-		if f.Permissions > 0o7777 {
-			p.add(field+".Permissions", "%#o is not a file mode", f.Permissions)
+		if f.Permissions > 0o777 {
+			p.add(field+".Permissions", "%#o is not a file mode yip applies: it keeps only the permission bits 0777 (set special bits with a command)", f.Permissions)
 		}
 		if f.Owner != "" && !syntax.IsFileOwner(f.Owner) {
-			p.add(field+".Owner", "%q must be \"user:group\" (both names or both numeric ids), matching %s", f.Owner, syntax.FileOwnerPattern)
+			p.add(field+".Owner", "%q must be \"user:group\" (both names or both numeric ids at most %d), matching %s", f.Owner, syntax.MaxID, syntax.FileOwnerPattern)
 		}
 		for j := range i {
 			if n.Files[j].Path == f.Path {

@@ -2,6 +2,7 @@ package syntax
 
 import (
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -41,8 +42,25 @@ const FileOwnerPattern = `^` + linuxName + `:` + linuxName + `$|^[0-9]{1,10}:[0-
 
 var fileOwner = regexp.MustCompile(FileOwnerPattern)
 
-// IsFileOwner reports whether s matches FileOwnerPattern.
-func IsFileOwner(s string) bool { return fileOwner.MatchString(s) }
+// MaxID is the largest user or group id a file can be given: the kernel's uid_t and gid_t are
+// 32 bits wide and 4294967295 is (uid_t)-1, which chown reads as "leave unchanged". yip hands a
+// larger id to chown, which keeps its low 32 bits (4294967296 is root).
+const MaxID = 1<<32 - 2
+
+// IsFileOwner reports whether s matches FileOwnerPattern and its numeric ids, if any, are at
+// most MaxID.
+func IsFileOwner(s string) bool {
+	if !fileOwner.MatchString(s) {
+		return false
+	}
+	u, g, _ := strings.Cut(s, ":")
+	for _, id := range []string{u, g} {
+		if n, err := strconv.ParseUint(id, 10, 64); err == nil && n > MaxID {
+			return false
+		}
+	}
+	return true
+}
 
 // EnvNamePattern is the grammar of the environment variable names given to the distribution's
 // service: portable names (letters, digits and _, not starting with a digit), which a shell

@@ -22,6 +22,8 @@ func TestIsFileOwner(t *testing.T) {
 		"root:root": true, "kairos:admin": true, "1000:1001": true, "0:0": true, "systemd-network:_x": true,
 		"": false, "root": false, "root:": false, ":root": false, "root:1000": false, "1000:root": false,
 		"Root:root": false, "a.b:c": false, "a:b:c": false, "12345678901:0": false, " root:root": false,
+		// Ids are 32 bits and (uid_t)-1 means "leave unchanged": chown would give 4294967296 to root.
+		"4294967294:4294967294": true, "4294967295:0": false, "0:4294967296": false, "9999999999:0": false,
 	} {
 		if got := syntax.IsFileOwner(s); got != want {
 			t.Errorf("IsFileOwner(%q) = %v, want %v", s, got, want)

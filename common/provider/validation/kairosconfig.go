@@ -270,7 +270,7 @@ func validateFiles(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.Error
 		seen[f.Path] = true
 		if f.Owner != "" && !syntax.IsFileOwner(f.Owner) {
 			errs = append(errs, field.Invalid(p.Child("owner"), f.Owner,
-				`must be "user:group", for example root:root or 1000:1000 (both names or both numeric ids)`))
+				fmt.Sprintf(`must be "user:group", for example root:root or 1000:1000 (both names or both numeric ids); a numeric id is at most %d (the kernel keeps only 32 bits of an id)`, syntax.MaxID)))
 		}
 		if f.Permissions != "" && !permissionPattern.MatchString(f.Permissions) {
 			errs = append(errs, field.Invalid(p.Child("permissions"), f.Permissions,
