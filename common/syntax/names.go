@@ -49,10 +49,15 @@ const MaxID = 1<<32 - 2
 
 // IsFileOwner reports whether s matches FileOwnerPattern and its numeric ids, if any, are at
 // most MaxID.
-func IsFileOwner(s string) bool {
-	if !fileOwner.MatchString(s) {
-		return false
-	}
+func IsFileOwner(s string) bool { return fileOwner.MatchString(s) && fileOwnerIDsInRange(s) }
+
+// IsFileOwnerIDBeyondMax reports whether s has the shape of FileOwnerPattern but a numeric id
+// above MaxID, so that a message can name the id rather than the shape.
+func IsFileOwnerIDBeyondMax(s string) bool {
+	return fileOwner.MatchString(s) && !fileOwnerIDsInRange(s)
+}
+
+func fileOwnerIDsInRange(s string) bool {
 	u, g, _ := strings.Cut(s, ":")
 	for _, id := range []string{u, g} {
 		if n, err := strconv.ParseUint(id, 10, 64); err == nil && n > MaxID {

@@ -268,9 +268,14 @@ func validateFiles(s *bootstrapv1.KairosConfigSpec, fld *field.Path) field.Error
 			errs = append(errs, field.Duplicate(p.Child("path"), f.Path))
 		}
 		seen[f.Path] = true
-		if f.Owner != "" && !syntax.IsFileOwner(f.Owner) {
+		switch {
+		case f.Owner == "" || syntax.IsFileOwner(f.Owner):
+		case syntax.IsFileOwnerIDBeyondMax(f.Owner):
 			errs = append(errs, field.Invalid(p.Child("owner"), f.Owner,
-				fmt.Sprintf(`must be "user:group", for example root:root or 1000:1000 (both names or both numeric ids); a numeric id is at most %d (the kernel keeps only 32 bits of an id)`, syntax.MaxID)))
+				fmt.Sprintf("a numeric id is at most %d: the kernel keeps only 32 bits of an id (4294967296 would be root) and %d means \"leave unchanged\"", syntax.MaxID, uint64(syntax.MaxID)+1)))
+		default:
+			errs = append(errs, field.Invalid(p.Child("owner"), f.Owner,
+				`must be "user:group", for example root:root or 1000:1000 (both names or both numeric ids)`))
 		}
 		if f.Permissions != "" && !permissionPattern.MatchString(f.Permissions) {
 			errs = append(errs, field.Invalid(p.Child("permissions"), f.Permissions,

@@ -239,7 +239,7 @@ func validationCases() []validationCase {
 		}, []wantErr{e("spec.files[0].owner", field.ErrorTypeInvalid, `"user:group"`)}},
 		{"file owner id beyond 32 bits", cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.Files = []bootstrapv1.File{{Path: "/etc/motd", Owner: "4294967296:0", Content: "x"}}
-		}, []wantErr{e("spec.files[0].owner", field.ErrorTypeInvalid, "a numeric id is at most 4294967294 (the kernel keeps only 32 bits of an id)")}},
+		}, []wantErr{e("spec.files[0].owner", field.ErrorTypeInvalid, "a numeric id is at most 4294967294: the kernel keeps only 32 bits of an id")}},
 		{"file permissions symbolic", cpK0s, func(s *bootstrapv1.KairosConfigSpec) {
 			s.Files = []bootstrapv1.File{{Path: "/etc/motd", Permissions: "rw-r", Content: "x"}}
 		}, []wantErr{e("spec.files[0].permissions", field.ErrorTypeInvalid, `octal file permissions such as "0644" or "0600"`)}},
