@@ -17,6 +17,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/collections"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
@@ -56,6 +57,13 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 	if deleting.Len() == 0 {
 		return ctrl.Result{}, nil
 	}
+	// Before anything else is waited for: a leave handed to the distribution earlier is carried
+	// out whenever k0s or k3s gets to it, whatever this reconciliation waits for below (a stray
+	// member removed first, an unreadable etcd, another Machine going).
+	if err := r.withdrawUnsafeLeaves(ctx, s, deleting); err != nil {
+		s.blockLeave("%v", err)
+		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
+	}
 	// A Machine that goes without our hook (its hook was already removed) is waited for first.
 	for _, m := range deleting {
 		if _, ok := m.Annotations[controlplanev1.EtcdMemberHookAnnotation]; !ok {
@@ -82,7 +90,7 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 		return r.releaseHook(ctx, s, m)
 	}
 	if !s.etcd.known() {
-		s.wait("cannot tell whether Machine %s hosts an etcd member: %v", m.Name, s.etcd.err)
+		s.wait("cannot tell whether Machine %s hosts an etcd member: %v", m.Name, s.etcd.unknownReason())
 		return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 	}
 	member := s.etcd.memberOf(m)
@@ -104,14 +112,8 @@ func (r *Reconciler) reconcilePreTerminateHooks(ctx context.Context, s *scope) (
 	// A Machine that hosts no member and may not host an unmatched one takes nothing from etcd.
 	if member != nil || len(s.etcd.orphans()) > 0 {
 		if ok, why := s.quorumWithout(m); !ok {
-			// Whoever deleted the Machine, its member leaving now would stop etcd; a leave already
-			// handed to the distribution is taken back, or the distribution would carry it out.
-			if member != nil {
-				if err := r.withdrawLeave(ctx, s, member); err != nil {
-					s.blockLeave("the etcd member of Machine %s must not leave (%s), and its leave request could not be withdrawn: %v", m.Name, why, err)
-					return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
-				}
-			}
+			// Whoever deleted the Machine, its member leaving now would stop etcd (a leave already
+			// handed to the distribution was withdrawn above).
 			s.blockLeave("the etcd member of Machine %s does not leave: %s", m.Name, why)
 			return ctrl.Result{RequeueAfter: requeueWhileBusy}, nil
 		}
@@ -203,6 +205,86 @@ func (r *Reconciler) askDistributionToRemove(ctx context.Context, s *scope, memb
 	return r.setLeaveRequest(ctx, s, member, true)
 }
 
+// withdrawUnsafeLeaves takes back the leave requests handed to the distribution for the members
+// of deleting Machines (only those of Machines with our hook are ever asked to leave) when etcd
+// would not keep quorum without them, or when that cannot be told: etcd's member list cannot be
+// read, or the Machine matches no member while some member matches no Machine (it may host it,
+// and its leave was asked while it was matched). Nothing is withdrawn when no etcd is left to
+// protect (the last Machine, the Cluster going away).
+func (r *Reconciler) withdrawUnsafeLeaves(ctx context.Context, s *scope, deleting collections.Machines) error {
+	if s.machines.Len() <= 1 || !s.cluster.DeletionTimestamp.IsZero() {
+		return nil
+	}
+	for _, m := range deleting.SortedByCreationTimestamp() {
+		if _, ok := m.Annotations[controlplanev1.EtcdMemberHookAnnotation]; !ok {
+			continue
+		}
+		if !s.etcd.known() {
+			if err := r.withdrawLeaveOfMachine(ctx, s, m); err != nil {
+				return fmt.Errorf("cannot tell whether the etcd member of Machine %s may leave (%v), and its leave request, if any, could not be withdrawn: %w", m.Name, s.etcd.unknownReason(), err)
+			}
+			continue
+		}
+		member := s.etcd.memberOf(m)
+		if member == nil && len(s.etcd.orphans()) == 0 {
+			continue // its member is gone: nothing left to withdraw
+		}
+		ok, why := s.quorumWithout(m)
+		if ok {
+			continue
+		}
+		var err error
+		if member != nil {
+			err = r.withdrawLeave(ctx, s, member)
+		} else {
+			err = r.withdrawLeaveOfMachine(ctx, s, m)
+		}
+		if err != nil {
+			return fmt.Errorf("the etcd member of Machine %s must not leave (%s), and its leave request could not be withdrawn: %w", m.Name, why, err)
+		}
+	}
+	return nil
+}
+
+// withdrawLeaveOfMachine takes back a leave request for the member of a Machine whose member is
+// not known: by the names its node goes by, which name the k0s EtcdMember (k0s names it after
+// the node's hostname) and the k3s Node that carries the remove annotation.
+func (r *Reconciler) withdrawLeaveOfMachine(ctx context.Context, s *scope, m *clusterv1.Machine) error {
+	names := machineNodeNames(m)
+	if len(names) == 0 {
+		return nil
+	}
+	remote, err := r.ClusterCache.GetClient(ctx, s.clusterKey())
+	if err != nil {
+		return fmt.Errorf("reaching the workload cluster: %w", err)
+	}
+	for _, name := range names {
+		if s.kcp.Spec.Distribution == bootstrapv1.DistributionK3s {
+			n := &corev1.Node{}
+			if err := remote.Get(ctx, client.ObjectKey{Name: name}, n); err != nil {
+				if apierrors.IsNotFound(err) {
+					continue
+				}
+				return fmt.Errorf("reading Node %s: %w", name, err)
+			}
+			if _, ok := n.Annotations[k3sEtcdRemoveAnnotation]; !ok {
+				continue
+			}
+			p := client.MergeFrom(n.DeepCopy())
+			delete(n.Annotations, k3sEtcdRemoveAnnotation)
+			if err := remote.Patch(ctx, n, p); err != nil {
+				return fmt.Errorf("removing the %s annotation of Node %s: %w", k3sEtcdRemoveAnnotation, n.Name, err)
+			}
+			ctrl.LoggerFrom(ctx).Info("Withdrew the request to remove an etcd member: etcd might not keep quorum without it", "Node", n.Name)
+			continue
+		}
+		if _, err := r.setLeaveRequest(ctx, s, &etcdMember{Name: name}, false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // withdrawLeave takes back a leave request handed to the distribution for a member that must
 // stay: k0s and k3s act on it whenever they get to it, whatever happened to the other members
 // in between.
@@ -276,7 +358,7 @@ func logLeaveRequest(ctx context.Context, member *etcdMember, leave bool) {
 		ctrl.LoggerFrom(ctx).Info("Asked the distribution to remove the etcd member", "member", member.String())
 		return
 	}
-	ctrl.LoggerFrom(ctx).Info("Withdrew the request to remove an etcd member: etcd would lose quorum", "member", member.String())
+	ctrl.LoggerFrom(ctx).Info("Withdrew the request to remove an etcd member: etcd might not keep quorum without it", "member", member.String())
 }
 
 // removeMemberFromEtcd removes a member through a healthy member other than itself.

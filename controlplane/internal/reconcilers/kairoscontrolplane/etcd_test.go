@@ -387,6 +387,65 @@ func TestReconcilePreTerminateHooks(t *testing.T) {
 				f.member("m3").state = memberDown
 			},
 			wantHook: true, wantWait: "the etcd member of Machine m1 does not leave"},
+		{name: "k0s: a leave already asked for is withdrawn before a stray member is removed, when quorum would not survive it",
+			// The stray appeared after m1 was asked to leave, and m3 died since. Removing the stray
+			// is safe; returning with m1's leave in place is not: k0s would carry it out, leaving
+			// 1 of 2 members up.
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.members["m1"] = memberLeaving
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m3").state = memberDown
+				f.etcd.add("stray", "10.0.9.9")
+			},
+			wantHook: true, wantRemoved: true, wantMembers: []string{"m1", "m2", "m3"},
+			wantWait: "removed etcd member stray, which matched no Machine, before the member of Machine m1 leaves"},
+		{name: "k3s: a removal already asked for is withdrawn before a stray member is removed, when quorum would not survive it",
+			k3s: true,
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.members["m1"] = memberLeaving
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m3").state = memberDown
+				f.etcd.add("stray", "10.0.9.9")
+			},
+			wantHook: true, wantRemoved: true, wantMembers: []string{"m1-1a2b3c4d", "m2-1a2b3c4d", "m3-1a2b3c4d"},
+			wantWait: "removed etcd member stray, which matched no Machine, before the member of Machine m1 leaves"},
+		{name: "k0s: etcd unreadable: a leave already asked for is withdrawn",
+			// m2 and m3 went down after m1 was asked to leave: when one comes back, k0s could remove
+			// m1 with the other still down.
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.members["m1"] = memberLeaving
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m2").state = memberDown
+				f.member("m3").state = memberDown
+			},
+			wantHook: true, wantWait: "cannot tell whether Machine m1 hosts an etcd member"},
+		{name: "k3s: etcd unreadable: a removal already asked for is withdrawn",
+			k3s: true,
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
+				f.members["m1"] = memberLeaving
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour)
+				f.member("m2").state = memberDown
+				f.member("m3").state = memberDown
+			},
+			wantHook: true, wantWait: "cannot tell whether Machine m1 hosts an etcd member"},
+		{name: "k0s: while a Machine deleting without our hook is waited for, a leave already asked for is withdrawn when quorum would not survive it",
+			// m3's hook was removed by hand: its VM goes, and its member with it.
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour, deleting(2*time.Minute, waiting))
+				f.members["m1"] = memberLeaving
+				f.machine("m2", time.Hour)
+				f.machine("m3", time.Hour, deleting(time.Minute, waiting), withoutHook())
+				f.member("m3").state = memberDown
+			},
+			wantHook: true, wantWait: "waiting for Machine m3 to be deleted"},
 		{name: "etcd unreadable: hook kept",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour, deleting(time.Minute, waiting))
@@ -469,7 +528,7 @@ func TestReconcilePreTerminateHooks(t *testing.T) {
 			if removed != tc.wantRemoved {
 				t.Errorf("member removed from etcd = %v (members %v, before %v), want %v", removed, f.etcd.names(), before, tc.wantRemoved)
 			}
-			if removed && (slices.Contains(f.etcd.names(), "m2") == false || len(before)-len(f.etcd.names()) != 1) {
+			if removed && (!slices.Contains(f.etcd.names(), f.memberName("m2")) || len(before)-len(f.etcd.names()) != 1) {
 				t.Errorf("members after removal = %v: only one may go, never m2's", f.etcd.names())
 			}
 			if tc.wantMembers != nil && !slices.Equal(f.etcd.names(), tc.wantMembers) {
@@ -481,6 +540,25 @@ func TestReconcilePreTerminateHooks(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestPreTerminateHookBeforeInitialization: etcd is not observed before the control plane is
+// initialized; a Machine deleted then (with another one left) keeps its hook, and the hook says
+// why instead of reading the missing observation.
+func TestPreTerminateHookBeforeInitialization(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t).notInitialized()
+	f.machine("m1", time.Hour, deleting(time.Minute, clusterv1.MachineDeletingWaitingForPreTerminateHookReason))
+	f.machine("m2", time.Hour)
+	e := f.build()
+	s := e.scope(ctx)
+	if _, err := e.r.reconcilePreTerminateHooks(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if !hasHook(e.getMachine("m1")) {
+		t.Error("m1 lost its hook before etcd could be read")
+	}
+	containsAll(t, "waitMessage", s.waitMessage, "cannot tell whether Machine m1 hosts an etcd member: etcd is not observed before the control plane is initialized")
 }
 
 // TestPreTerminateHookKeepsQuorum: the pre-terminate hook of a Machine deleted by hand

@@ -69,6 +69,14 @@ type etcdState struct {
 // known tells whether etcd's member list could be read.
 func (e *etcdState) known() bool { return e != nil && e.members != nil }
 
+// unknownReason says why the member list is not known.
+func (e *etcdState) unknownReason() error {
+	if e == nil {
+		return errors.New("etcd is not observed before the control plane is initialized")
+	}
+	return e.err
+}
+
 // memberOf returns the member a Machine hosts, or nil.
 func (e *etcdState) memberOf(m *clusterv1.Machine) *etcdMember {
 	if e == nil || m == nil {
