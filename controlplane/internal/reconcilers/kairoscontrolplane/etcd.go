@@ -440,6 +440,11 @@ func (r *Reconciler) removeOrphanMember(ctx context.Context, s *scope) (*etcdMem
 			s.etcdLeaveMessages = append(s.etcdLeaveMessages, fmt.Sprintf("etcd member %s belongs to no Machine but is not removed: %s", orphan, why))
 			continue
 		}
+		// As in removeMember: a member removed cannot be taken back, so etcd's health is read
+		// again right before (another member may have died since this reconciliation began).
+		if ok, why := r.quorumNowWithout(ctx, s, orphan); !ok {
+			return nil, fmt.Errorf("etcd member %s belongs to no Machine but is not removed: %s", orphan, why)
+		}
 		ctrl.LoggerFrom(ctx).Info("Removing an etcd member that belongs to no control-plane Machine", "member", orphan.String(), "peer", orphan.PeerHost)
 		if err := r.removeMemberFromEtcd(ctx, s, orphan); err != nil {
 			return nil, err

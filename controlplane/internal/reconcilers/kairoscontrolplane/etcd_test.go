@@ -630,6 +630,24 @@ func TestReconcileEtcdMembers(t *testing.T) {
 				f.member("m2").state = memberPartitioned
 			},
 			wantMembers: []string{"m1", "m2", "stray"}, wantMessage: "etcd member stray belongs to no Machine but is not removed"},
+		{name: "not when a member died since the reconciliation read etcd",
+			// The scope's observation (the first member list) sees three healthy members; m2 dies
+			// before the remove, which reads etcd again (the second).
+			setup: func(f *fixture) {
+				f.machine("m1", time.Hour)
+				f.machine("m2", time.Hour)
+				f.etcd.add("stray", "10.0.9.9")
+				f.etcd.onMemberList = func(e *fakeEtcd, call int) {
+					if call == 2 {
+						for _, m := range e.members {
+							if m.name == "m2" {
+								m.state = memberDown
+							}
+						}
+					}
+				}
+			},
+			wantMembers: []string{"m1", "m2", "stray"}, wantMessage: "etcd member stray belongs to no Machine but is not removed: 1 of 2 voting members would be healthy, 2 needed (unhealthy: m2)"},
 		{name: "k0s objects of controllers that left are deleted",
 			setup: func(f *fixture) {
 				f.machine("m1", time.Hour)
