@@ -16,8 +16,11 @@ import (
 )
 
 // MachineName renders a machine naming template (the default one when empty) and checks the
-// result is a valid Machine name.
+// result is a valid Machine name. A Machine's name is its node's hostname, a DNS label, while the
+// names of a Cluster and a KairosControlPlane are DNS subdomains: their dots become hyphens.
 func MachineName(tmpl, clusterName, controlPlaneName, random string) (string, error) {
+	clusterName = strings.ReplaceAll(clusterName, ".", "-")
+	controlPlaneName = strings.ReplaceAll(controlPlaneName, ".", "-")
 	if tmpl == "" {
 		tmpl = controlplanev1.DefaultMachineNamingTemplate
 	}

@@ -153,4 +153,15 @@ func TestMachineName(t *testing.T) {
 	if got, err := desiredstate.MachineName("", "demo", long, "x7k2q"); err != nil || got != strings.Repeat("a", 58)+"x7k2q" {
 		t.Errorf("MachineName of a long control plane = %q, %v; want 58 characters of its name and the random part", got, err)
 	}
+	// Object names are DNS subdomains and may have dots; a Machine's name is its node's hostname,
+	// a DNS label: the dots of the names become hyphens, short or trimmed.
+	for _, tc := range []struct{ tmpl, cluster, cp, want string }{
+		{"", "demo", "prod.cp", "prod-cp-x7k2q"},
+		{"{{ .cluster.name }}-{{ .kairosControlPlane.name }}-{{ .random }}", "eu.demo", "cp.v2", "eu-demo-cp-v2-x7k2q"},
+		{"", "demo", strings.Repeat("a.", 40) + "b", strings.Repeat("a-", 29) + "x7k2q"},
+	} {
+		if got, err := desiredstate.MachineName(tc.tmpl, tc.cluster, tc.cp, "x7k2q"); err != nil || got != tc.want {
+			t.Errorf("MachineName(%q, %q, %q) = %q, %v; want %q", tc.tmpl, tc.cluster, tc.cp, got, err, tc.want)
+		}
+	}
 }

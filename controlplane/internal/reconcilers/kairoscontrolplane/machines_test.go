@@ -620,3 +620,31 @@ func TestLongControlPlaneName(t *testing.T) {
 		t.Errorf("%d KairosConfigs left without their Machine, want them deleted", n)
 	}
 }
+
+// TestDottedControlPlaneName: a KairosControlPlane name is a DNS subdomain and may have dots,
+// which a Machine name may not have (it is the node's hostname, a DNS label): its Machines are
+// named with hyphens instead, and the control-plane-name label keeps the name.
+func TestDottedControlPlaneName(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t).replicas(1)
+	f.kcp.Name = "prod.cp"
+	e := f.build()
+	s := e.scope(ctx)
+	if err := e.r.createMachine(ctx, s, "", nil); err != nil {
+		t.Fatal(err)
+	}
+	created := e.newMachines()
+	if len(created) != 1 {
+		t.Fatalf("created %d Machines", len(created))
+	}
+	name := created[0].Name
+	if errs := validation.IsDNS1123Label(name); len(errs) > 0 || !strings.HasPrefix(name, "prod-cp-") {
+		t.Errorf("Machine name %q: want prod-cp-<random>, a DNS label (%v)", name, errs)
+	}
+	if value := created[0].Labels[controlplanev1.ControlPlaneNameLabel]; value != "prod.cp" {
+		t.Errorf("control-plane-name label %q, want prod.cp", value)
+	}
+	if !selector(s).Matches(labels.Set(created[0].Labels)) {
+		t.Errorf("the scale selector %q does not select the Machine (labels %v)", selector(s), created[0].Labels)
+	}
+}
