@@ -249,7 +249,9 @@ type KairosControlPlaneRemediationSpec struct {
 type MachineNamingSpec struct {
 	// template is a Go template for Machine names, with .cluster.name,
 	// .kairosControlPlane.name and .random (5 random characters, required for uniqueness).
-	// Defaults to "{{ .kairosControlPlane.name }}-{{ .random }}".
+	// Defaults to "{{ .kairosControlPlane.name }}-{{ .random }}". A Machine's name is its
+	// node's hostname: dots in the cluster and control-plane names become hyphens, and a name
+	// over 63 characters is shortened keeping the random part.
 	// +optional
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=256
