@@ -384,9 +384,6 @@ func (c *nodeCheck) literal(n *yaml.Node, v reflect.Value, path string) bool {
 	return true
 }
 
-// maxID is the largest user or group id (syntax.MaxID: 32 bits, less (uid_t)-1).
-const maxID = syntax.MaxID
-
 // applied refuses a whole number that yip decodes as written but then applies as something
 // else: a mode with bits beyond 0777, an owner or group outside the kernel's 32-bit ids, a
 // download timeout or a partition size that overflows when yip converts it. The renderer never
@@ -407,10 +404,10 @@ func (c *nodeCheck) applied(v reflect.Value, path string) {
 		c.mode(uint64(got), path)
 	case strings.HasSuffix(path, ".owner") || strings.HasSuffix(path, ".group"):
 		switch {
-		case got == -1 || got == maxID+1:
+		case got == -1 || got == syntax.MaxID+1:
 			c.add(path, "%d is not an id: chown reads it as \"leave unchanged\" (root for a file yip creates); write the id (0 for root)", got)
-		case got < 0 || got > maxID:
-			c.add(path, "an id is a number from 0 to %d: the kernel keeps its low 32 bits, so yip's chown sets %d, not %d", maxID, uint32(got), got)
+		case got < 0 || got > syntax.MaxID:
+			c.add(path, "an id is a number from 0 to %d: the kernel keeps its low 32 bits, so yip's chown sets %d, not %d", syntax.MaxID, uint32(got), got)
 		}
 	case strings.HasSuffix(path, ".timeout") && strings.Contains(path, "downloads["):
 		if got > math.MaxInt64/int64(time.Second) {
@@ -474,8 +471,8 @@ func (c *nodeCheck) uid(s, path string) {
 	switch {
 	case err != nil:
 		c.add(path, "%q is not a decimal uid: yip reads the uid with strconv.Atoi, fails, and does not create the user", s)
-	case id < 0 || id > maxID:
-		c.add(path, "a uid is a number from 0 to %d, not %q: yip does not create the user, or gives it an id the kernel cannot hold", maxID, s)
+	case id < 0 || id > syntax.MaxID:
+		c.add(path, "a uid is a number from 0 to %d, not %q: yip does not create the user, or gives it an id the kernel cannot hold", syntax.MaxID, s)
 	case len(text) > 1 && text[0] == '0':
 		c.add(path, "write %q without the leading zero: yip reads the uid as the decimal number %d, not the octal one a YAML integer would be", s, id)
 	}

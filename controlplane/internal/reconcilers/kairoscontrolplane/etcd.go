@@ -1,6 +1,7 @@
 package kairoscontrolplane
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"strings"
@@ -267,15 +268,9 @@ func (r *Reconciler) withdrawLeaveOfMachine(ctx context.Context, s *scope, m *cl
 				}
 				return fmt.Errorf("reading Node %s: %w", name, err)
 			}
-			if _, ok := n.Annotations[k3sEtcdRemoveAnnotation]; !ok {
-				continue
+			if err := setK3sRemoveAnnotation(ctx, remote, n, &etcdMember{Name: cmp.Or(n.Annotations[k3sEtcdNodeNameAnnotation], n.Name)}, false); err != nil {
+				return err
 			}
-			p := client.MergeFrom(n.DeepCopy())
-			delete(n.Annotations, k3sEtcdRemoveAnnotation)
-			if err := remote.Patch(ctx, n, p); err != nil {
-				return fmt.Errorf("removing the %s annotation of Node %s: %w", k3sEtcdRemoveAnnotation, n.Name, err)
-			}
-			ctrl.LoggerFrom(ctx).Info("Withdrew the request to remove an etcd member: etcd might not keep quorum without it", "Node", n.Name)
 			continue
 		}
 		if _, err := r.setLeaveRequest(ctx, s, &etcdMember{Name: name}, false); err != nil {
@@ -310,24 +305,9 @@ func (r *Reconciler) setLeaveRequest(ctx context.Context, s *scope, member *etcd
 			return false, fmt.Errorf("listing workload Nodes: %w", err)
 		}
 		for i := range nodes.Items {
-			n := &nodes.Items[i]
-			if n.Annotations[k3sEtcdNodeNameAnnotation] != member.Name {
-				continue
+			if n := &nodes.Items[i]; n.Annotations[k3sEtcdNodeNameAnnotation] == member.Name {
+				return true, setK3sRemoveAnnotation(ctx, remote, n, member, leave)
 			}
-			if (n.Annotations[k3sEtcdRemoveAnnotation] == "true") == leave {
-				return true, nil
-			}
-			p := client.MergeFrom(n.DeepCopy())
-			if leave {
-				n.Annotations[k3sEtcdRemoveAnnotation] = "true"
-			} else {
-				delete(n.Annotations, k3sEtcdRemoveAnnotation)
-			}
-			if err := remote.Patch(ctx, n, p); err != nil {
-				return true, fmt.Errorf("setting the %s annotation of Node %s to %v: %w", k3sEtcdRemoveAnnotation, n.Name, leave, err)
-			}
-			logLeaveRequest(ctx, member, leave)
-			return true, nil
 		}
 		return false, nil
 	}
@@ -351,6 +331,28 @@ func (r *Reconciler) setLeaveRequest(ctx context.Context, s *scope, member *etcd
 	}
 	logLeaveRequest(ctx, member, leave)
 	return true, nil
+}
+
+// setK3sRemoveAnnotation sets (leave) or drops k3s' request to remove the etcd member of a server
+// Node, writing only when it changes.
+func setK3sRemoveAnnotation(ctx context.Context, remote client.Client, n *corev1.Node, member *etcdMember, leave bool) error {
+	if (n.Annotations[k3sEtcdRemoveAnnotation] == "true") == leave {
+		return nil
+	}
+	p := client.MergeFrom(n.DeepCopy())
+	if leave {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[k3sEtcdRemoveAnnotation] = "true"
+	} else {
+		delete(n.Annotations, k3sEtcdRemoveAnnotation)
+	}
+	if err := remote.Patch(ctx, n, p); err != nil {
+		return fmt.Errorf("setting the %s annotation of Node %s to %v: %w", k3sEtcdRemoveAnnotation, n.Name, leave, err)
+	}
+	logLeaveRequest(ctx, member, leave)
+	return nil
 }
 
 func logLeaveRequest(ctx context.Context, member *etcdMember, leave bool) {
