@@ -200,7 +200,7 @@ func (n *Node) checkArgs(p *problems) {
 	for k := range n.Env {
 		if flag, ok := k3sManagedEnv[k]; ok {
 			if why := n.flagProblem(flag); why != "" {
-				p.add("Env."+k, "k3s reads it as --%s, which %s", flag, strings.TrimPrefix(why, "is "))
+				p.add("Env."+k, "k3s reads it as --%s, which %s", flag, why)
 			}
 		}
 	}

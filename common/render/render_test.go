@@ -553,6 +553,8 @@ func TestValidation(t *testing.T) {
 		{"empty post-command", func() Node { n := k0sWorker(); n.PostCommands = []string{""}; return n }, "PostCommands[0]: empty command"},
 		{"bad arg", func() Node { n := k0sWorker(); n.Args = []string{"a\nb"}; return n }, "Args[0]"},
 		{"bad env", func() Node { n := k0sWorker(); n.Env = map[string]string{"A-B": "x"}; return n }, "Env"},
+		{"managed env", func() Node { n := k3sAgent(); n.Env = map[string]string{"K3S_TOKEN": "x"}; return n }, "Env.K3S_TOKEN: k3s reads it as --token, which is managed by kairos-capi: "},
+		{"server env on agent", func() Node { n := k3sAgent(); n.Env = map[string]string{"K3S_DATA_DIR": "/x"}; return n }, "Env.K3S_DATA_DIR: k3s reads it as --data-dir, which is managed by kairos-capi"},
 		{"worker init", func() Node { n := k0sWorker(); n.Init = true; return n }, "Init: only control-plane"},
 		{"worker single node", func() Node { n := k0sWorker(); n.SingleNode = true; return n }, "SingleNode"},
 		{"worker manifests", func() Node { n := k0sWorker(); n.Manifests = []Manifest{{Name: "a", Content: "x"}}; return n }, "Manifests: only control-plane"},
