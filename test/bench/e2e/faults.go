@@ -35,9 +35,9 @@ type StormOptions struct {
 	// N worker configs.
 	N     int
 	Fault Fault
-	// KillAt is how many configs must be ready before the manager is killed (default N/3); it
-	// is killed while the next join token create after that waits in the workload proxy, its
-	// config's data Secret already written.
+	// KillAt is how many join token creates reach the workload proxy before the manager is
+	// killed (default N/3): it is killed while the next one waits in the proxy, its config's
+	// data Secret already written.
 	KillAt int
 	// LeaseDuration, RenewDeadline and RetryPeriod are the managers' leader election timings
 	// with FaultLeaderLoss.
@@ -68,7 +68,8 @@ type StormResult struct {
 const leaseAcquired = "Successfully acquired lease"
 
 // RunStorm creates N worker KairosConfigs at once for the Kairos bootstrap manager, kills the
-// manager (or the leader of two) with SIGKILL once KillAt of them are ready, lets a manager
+// manager (or the leader of two) with SIGKILL while join token create KillAt+1 waits in the
+// workload proxy, lets a manager
 // finish, and checks what must hold whatever the timing of the kill: every config ready with
 // exactly one data Secret, each data Secret created once and never written again (a node may
 // already have read it), and exactly one live join token per config, the one its data holds.
@@ -154,15 +155,14 @@ func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error)
 
 	// Kill in the middle of the storm, at the one moment a kill can leave half of a config
 	// behind: between its two writes, the data Secret in the management cluster and then the
-	// join token in the workload cluster (phases.go). The workload proxy stops the first token
-	// create that arrives once KillAt configs are ready, so that config's data exists and its
-	// token does not, whatever the machine's speed; the manager dies while it waits for the
-	// answer. (Polling the counts for such a moment missed it on a loaded machine: every gap
-	// was shorter than a poll.)
-	arrived, release := wl.HoldFirst(func(r Request) bool {
-		_, ready := w.Last()
-		return r.Verb == "create" && r.Resource == "secrets" && ready >= o.KillAt
-	})
+	// join token in the workload cluster (phases.go). The workload proxy counts the token
+	// creates itself and stops the one after the first KillAt, before it is forwarded: its
+	// config's data exists and its token does not, and at most KillAt configs are ready (a config
+	// is ready only once its token exists), whatever the machine's speed. The manager dies while
+	// it waits for the answer. (Choosing the moment from a readiness watch, or polling the
+	// counts, depended on speed: the watch lagged the manager on a slower CPU and every config
+	// was ready before a create arrived; polls missed gaps shorter than a poll.)
+	arrived, release := wl.HoldFirst(nthCreate("secrets", o.KillAt+1))
 	defer release()
 	for waiting := true; waiting; {
 		select {
@@ -171,7 +171,9 @@ func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error)
 		case <-ctx.Done():
 			return res, ctx.Err()
 		case <-w.Done():
-			return res, fmt.Errorf("every config was ready before a token create arrived after %d were: lower KillAt", o.KillAt)
+			// Only if the manager created no token for some config (a bug the checks below
+			// would also report).
+			return res, fmt.Errorf("every config was ready before join token create %d arrived", o.KillAt+1)
 		case <-time.After(100 * time.Millisecond):
 			if exited, err := first.Exited(); exited {
 				return res, fmt.Errorf("the manager exited before the kill (%v); log: %s", err, first.LogPath)
@@ -215,6 +217,19 @@ func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error)
 	res.Problems = append(res.Problems, verifyWrittenOnce(mgmt.Between(time.Time{}, time.Now()), o.N)...)
 	res.Problems = append(res.Problems, verifyOneTokenEach(ctx, b.client, namespace)...)
 	return res, nil
+}
+
+// nthCreate matches the nth create of resource that reaches a proxy, counted by the proxy
+// itself (HoldFirst calls it for every request, one at a time, until it matches).
+func nthCreate(resource string, n int) func(Request) bool {
+	seen := 0
+	return func(r Request) bool {
+		if r.Verb != "create" || r.Resource != resource {
+			return false
+		}
+		seen++
+		return seen == n
+	}
 }
 
 // createdSecrets counts the Secrets created through a proxy so far (answered 201).

@@ -215,7 +215,7 @@ func (p *Proxy) LastWrite() time.Time {
 // HoldFirst stops the first request that arrives from now on for which match is true, before
 // it is forwarded, and announces it on arrived; it goes on to the API server when release is
 // called (or ends when its client goes away first). match is called for every request until
-// one matches, from the proxy's handlers, so it must be safe for concurrent use. One request
+// one matches, one request at a time (under the proxy's lock), so it may count. One request
 // stopped is a moment frozen for the caller to act in (the storm kills the manager while one
 // of its writes is stopped), without piling up the client's other requests.
 func (p *Proxy) HoldFirst(match func(Request) bool) (arrived <-chan Request, release func()) {
