@@ -37,7 +37,8 @@ import (
 // their managers and API servers. TestInit, TestMove and TestInstalledProvidersRun run before
 // them, one at a time: with them in the pool too (seven tests, three at a time) a cold run's
 // TestMixedVersions/bootstrap_first saw a control-plane Machine stay without a Node for 4
-// minutes beside the rest of the test module (2026-11-28).
+// minutes beside the rest of the test module (2026-11-28). With less CPU than 2 cores, fewer,
+// in proportion (framework.ScaledToCPUs).
 const defaultParallel = 3
 
 // slots runs the parallel tests longest first (framework.Scheduler). Seconds are their
@@ -51,7 +52,7 @@ var slots = &framework.Scheduler{Seconds: map[string]int{
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if err := slots.TakeParallelFlag(defaultParallel); err != nil {
+	if err := slots.TakeParallelFlag(framework.ScaledToCPUs(defaultParallel)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}

@@ -181,12 +181,12 @@ func Start(o Options) (*Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := &envtest.Environment{
+	env := WithStartTimeouts(&envtest.Environment{
 		BinaryAssetsDirectory: dir,
 		CRDs:                  o.CRDs,
 		ErrorIfCRDPathMissing: true,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{MutatingWebhooks: mutating, ValidatingWebhooks: validating},
-	}
+	})
 	cfg, err := env.Start()
 	if err != nil {
 		return nil, fmt.Errorf("starting envtest: %w", err)

@@ -342,12 +342,12 @@ func (h *Harness) startEnv() error {
 	if err != nil {
 		return err
 	}
-	env := &envtest.Environment{
+	env := framework.WithStartTimeouts(&envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDs:                  crds,
 		ErrorIfCRDPathMissing: true,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{MutatingWebhooks: mutating, ValidatingWebhooks: validating},
-	}
+	})
 	cfg, err := env.Start()
 	if err != nil {
 		return fmt.Errorf("starting the management API server: %w", err)

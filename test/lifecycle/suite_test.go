@@ -54,12 +54,13 @@ var h *harness.Harness
 // does not call t.Parallel (go test runs it first, while nothing else uses the manager), or has a
 // management cluster of its own (TestRestartMidRollout, TestMachinePoolAddsNodeAfterJoinTokenExpired).
 // The scenario scheduler (slots, schedule_test.go) enforces the bound, so that the longest
-// scenarios start first.
+// scenarios start first. With less CPU than 2 cores (a CPU quota: a CI machine's share, or
+// ../shared/tools/slow-machine.sh) fewer run at once, in proportion (framework.ScaledToCPUs).
 const defaultParallel = 6
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	if err := slots.TakeParallelFlag(defaultParallel); err != nil {
+	if err := slots.TakeParallelFlag(framework.ScaledToCPUs(defaultParallel)); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
