@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -55,8 +56,11 @@ type StormResult struct {
 	// was stopped).
 	BetweenWrites int
 	// Takeover is the time from killing the leader to the other manager holding the lease
-	// (FaultLeaderLoss).
+	// (FaultLeaderLoss), for the log: it depends on the machine's speed.
 	Takeover time.Duration
+	// Killed and Acquired are the leader election Lease as it was right after the kill and once
+	// the other manager held it (FaultLeaderLoss): what the managers themselves recorded.
+	Killed, Acquired *coordinationv1.Lease
 	// Problems break an invariant: a config not ready or without exactly one data Secret, a
 	// data Secret written more than once, not exactly one live join token per config.
 	Problems []string
@@ -186,6 +190,11 @@ func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error)
 	if err := syscall.Kill(first.Pid(), syscall.SIGKILL); err != nil {
 		return res, fmt.Errorf("killing the manager: %w", err)
 	}
+	if o.Fault == FaultLeaderLoss {
+		if res.Killed, err = readLease(ctx, b.client, namespace); err != nil {
+			return res, err
+		}
+	}
 	// The stopped create goes on to the API server only if its connection outlived the
 	// manager; usually it ends unanswered, as a write in flight at a crash may.
 	release()
@@ -200,6 +209,9 @@ func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error)
 			return res, err
 		}
 		res.Takeover = time.Since(killed)
+		if res.Acquired, err = readLease(ctx, b.client, namespace); err != nil {
+			return res, err
+		}
 		o.Logf("the standby manager took over after %s", res.Takeover.Round(100*time.Millisecond))
 	}
 
@@ -217,6 +229,18 @@ func RunStorm(ctx context.Context, o StormOptions) (res *StormResult, err error)
 	res.Problems = append(res.Problems, verifyWrittenOnce(mgmt.Between(time.Time{}, time.Now()), o.N)...)
 	res.Problems = append(res.Problems, verifyOneTokenEach(ctx, b.client, namespace)...)
 	return res, nil
+}
+
+// leaderElectionLease names the bootstrap manager's leader election Lease (its main.go).
+const leaderElectionLease = "kairos-bootstrap-manager-leader-election"
+
+// readLease reads the bootstrap manager's leader election Lease in namespace.
+func readLease(ctx context.Context, c client.Client, namespace string) (*coordinationv1.Lease, error) {
+	l := &coordinationv1.Lease{}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: namespace, Name: leaderElectionLease}, l); err != nil {
+		return nil, fmt.Errorf("reading the leader election Lease: %w", err)
+	}
+	return l, nil
 }
 
 // nthCreate matches the nth create of resource that reaches a proxy, counted by the proxy

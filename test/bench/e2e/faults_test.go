@@ -5,7 +5,8 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/client-go/tools/leaderelection"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 
 	"github.com/kairos-capi/kairos-capi/test/bench/e2e"
@@ -51,21 +52,44 @@ func TestStormSurvivesFaults(t *testing.T) {
 				t.Error(p)
 			}
 			if tc.fault == e2e.FaultLeaderLoss {
-				// A leader killed without releasing its lease: the other waits until the lease
-				// expires, then acquires it. client-go's leader elector renews every RetryPeriod
-				// but a standby polls every RetryPeriod to (1+JitterFactor) times it
-				// (tools/leaderelection: wait.JitterUntil in acquire), and it counts the lease
-				// duration from when it saw the last renewal: up to one poll late, then up to one
-				// poll after expiry (12.4 s with these options).
-				poll := time.Duration((1 + leaderelection.JitterFactor) * float64(o.RetryPeriod))
-				if limit := o.LeaseDuration + 2*poll; res.Takeover > limit {
-					t.Errorf("the standby took over after %s, want at most %s", res.Takeover, limit)
-				}
+				checkTakeover(t, o, res)
 			}
 			if t.Failed() && res.WorkDir != "" {
 				t.Logf("managers' logs kept in %s", res.WorkDir)
 			}
 			t.Logf("%s: killed with %d of %d ready and %d configs between their data and their token, all %d ready after; takeover %s", tc.fault, res.ReadyWhenKilled, stormN, res.BetweenWrites, res.Ready, res.Takeover)
 		})
+	}
+}
+
+// checkTakeover checks, from the leader election Lease the managers wrote, that the standby took
+// the lease over from the killed leader with the lease duration the manager was given, and only
+// once the lease had expired: client-go's leader elector acquires a lease when it has seen no
+// renewal for the lease duration (tools/leaderelection: tryAcquireOrRenew), and it counts that
+// from when it observed the last renewal, which is never before the leader made it. The wall
+// time of the takeover is only logged: it depends on the machine's speed (client-go's own
+// worst case, one poll late and one poll after expiry, was all but reached on a loaded 2-core
+// machine).
+func checkTakeover(t *testing.T, o e2e.StormOptions, res *e2e.StormResult) {
+	t.Helper()
+	before, after := res.Killed, res.Acquired
+	if before == nil || after == nil {
+		t.Fatal("the leader election Lease was not read")
+	}
+	holder := func(l *coordinationv1.Lease) string { return ptr.Deref(l.Spec.HolderIdentity, "") }
+	if holder(after) == "" || holder(after) == holder(before) {
+		t.Errorf("the Lease is held by %q after the takeover, by %q when its leader was killed", holder(after), holder(before))
+	}
+	if got := time.Duration(ptr.Deref(after.Spec.LeaseDurationSeconds, 0)) * time.Second; got != o.LeaseDuration {
+		t.Errorf("the Lease's duration is %s, the managers were given %s", got, o.LeaseDuration)
+	}
+	if before.Spec.RenewTime == nil || after.Spec.AcquireTime == nil {
+		t.Fatalf("the Lease has no renew time before the takeover (%v) or no acquire time after it (%v)", before.Spec.RenewTime, after.Spec.AcquireTime)
+	}
+	if gap := after.Spec.AcquireTime.Sub(before.Spec.RenewTime.Time); gap < o.LeaseDuration {
+		t.Errorf("the standby acquired the Lease %s after the killed leader's last renewal, before the lease duration (%s) ran out", gap, o.LeaseDuration)
+	}
+	if ptr.Deref(after.Spec.LeaseTransitions, 0) != ptr.Deref(before.Spec.LeaseTransitions, 0)+1 {
+		t.Errorf("the Lease changed hands %d times, want once", ptr.Deref(after.Spec.LeaseTransitions, 0)-ptr.Deref(before.Spec.LeaseTransitions, 0))
 	}
 }
