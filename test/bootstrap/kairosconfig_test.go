@@ -271,7 +271,19 @@ func TestWorkerJoinK0s(t *testing.T) {
 	if err := tc.c.Status().Patch(tc.ctx, m, client.MergeFrom(before)); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(tokenTTL / 2) // let a refresh already in flight land
+	// The reconcile that sees the node removes the JoinTokenAvailable condition and refreshes
+	// nothing; reconciles of one config run one at a time, so once the condition is gone no
+	// refresh is in flight and none follows.
+	framework.Eventually(t, 3*tokenTTL, func() error {
+		config := &bootstrapv1.KairosConfig{}
+		if err := tc.c.Get(tc.ctx, client.ObjectKeyFromObject(w.config), config); err != nil {
+			return err
+		}
+		if c := conditions.Get(config, bootstrapv1.JoinTokenAvailableCondition); c != nil {
+			return fmt.Errorf("the config still says its token is needed: %+v", c)
+		}
+		return nil
+	})
 	s, err = tokenSecret()
 	if err != nil {
 		t.Fatal(err)

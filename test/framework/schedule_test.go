@@ -11,6 +11,9 @@ import (
 // more than the capacity run at once (one here, so that the order is the order they ran in).
 func TestSchedulerStartsLongestFirst(t *testing.T) {
 	s := &Scheduler{Capacity: 1}
+	// A test holds the only slot until the four have arrived, so that the order does not depend
+	// on them all arriving within the Scheduler's gathering delay.
+	releaseFirst := s.acquire(1000, "first")
 	var mu sync.Mutex
 	var order []string
 	running, most := 0, 0
@@ -35,6 +38,13 @@ func TestSchedulerStartsLongestFirst(t *testing.T) {
 			release()
 		}()
 	}
+	for arrived := 0; arrived < 4; {
+		time.Sleep(10 * time.Millisecond)
+		s.mu.Lock()
+		arrived = len(s.waiting)
+		s.mu.Unlock()
+	}
+	releaseFirst()
 	wg.Wait()
 	if got := strings.Join(order, " "); got != "longest long medium short" {
 		t.Errorf("started in the order %s, want longest long medium short", got)

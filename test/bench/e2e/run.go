@@ -577,7 +577,8 @@ func (b *bench) runProvider(ctx context.Context, p Provider) (*ProviderResult, e
 		pr.Problems = append(pr.Problems, err.Error())
 	}
 	running = false
-	if err := proc.Stop(15 * time.Second); err != nil {
+	// controller-runtime gives the manager's runnables up to 30 s to end after SIGTERM.
+	if err := proc.Stop(45 * time.Second); err != nil {
 		pr.Problems = append(pr.Problems, fmt.Sprintf("stopping the manager: %v", err))
 	}
 
