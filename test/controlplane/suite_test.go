@@ -3,7 +3,9 @@
 // both Kairos providers' CRDs and webhooks, served by one manager that also runs both
 // providers' controllers. No test object has an owner Cluster or carries the manager's
 // watch-filter label, so the controllers stay idle and every outcome below is the API server's
-// and the webhooks'.
+// and the webhooks'. One exception: the Cluster of TestInPlaceUpdateResumesOnceTheOperatorIsInstalled
+// carries the label, for the manager's ClusterCache to connect to its workload API server, and
+// refers to no KairosControlPlane; that test calls the in-place update extension the manager serves.
 //
 // Run it alone from the repository root:
 //
@@ -32,8 +34,8 @@ import (
 	"github.com/kairos-capi/kairos-capi/test/framework"
 )
 
-// watchFilter is the manager's --watch-filter. No test object carries it, so neither
-// provider's controller reconciles them.
+// watchFilter is the manager's --watch-filter. No test object but one Cluster (see the package
+// documentation) carries it, so neither provider's controller reconciles them.
 const watchFilter = "kairos-controlplane-webhook-suite"
 
 // mgmt is the management API server with Cluster API's and both providers' CRDs and webhooks,

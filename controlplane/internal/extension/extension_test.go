@@ -550,13 +550,19 @@ func TestUpdateMachineFailed(t *testing.T) {
 	}
 }
 
-func TestUpdateMachineOperatorMissing(t *testing.T) {
+// TestUpdateMachineWaitsForTheOperator: without the NodeOpUpgrade API the hook waits (Success with
+// a retry), saying what to install. A Failure would make Cluster API's Machine controller return
+// an error and retry with exponential backoff up to 1000 s (see UpdateMachine), and show
+// "please check controller logs" instead of this message.
+func TestUpdateMachineWaitsForTheOperator(t *testing.T) {
 	e := newEnv(t, false, "v1.36.3+k3s1")
 	resp := e.update(t, newImage)
-	if resp.GetStatus() != runtimehooksv1.ResponseStatusFailure {
-		t.Fatalf("want Failure, got %s: %s", resp.GetStatus(), resp.GetMessage())
+	if resp.GetStatus() != runtimehooksv1.ResponseStatusSuccess || resp.GetRetryAfterSeconds() != operatorRetrySeconds {
+		t.Fatalf("want waiting for the operator (Success, retry after %d s), got %s retry %d: %s",
+			operatorRetrySeconds, resp.GetStatus(), resp.GetRetryAfterSeconds(), resp.GetMessage())
 	}
-	for _, want := range []string{"Kairos operator", "kairos.io/docs/upgrade/kubernetes", "kubectl apply -k"} {
+	for _, want := range []string{"waiting for the Kairos operator", "kairos.io/docs/upgrade/kubernetes",
+		"kubectl apply -k https://github.com/kairos-io/kairos-operator/config/default", "starts by itself"} {
 		if !strings.Contains(resp.GetMessage(), want) {
 			t.Errorf("message %q lacks %q", resp.GetMessage(), want)
 		}

@@ -55,13 +55,25 @@ const ImageAnnotation = "controlplane.cluster.x-k8s.io/kairos-image"
 // phase fresh without loading the workload API server.
 const retryAfterSeconds = 15
 
-// OperatorMissingMessage is the UpdateMachine failure when the workload cluster has no
-// NodeOpUpgrade API.
+// operatorRetrySeconds is how often Cluster API asks again while the workload cluster has no
+// NodeOpUpgrade API: each call costs one discovery request there, and a user who just installed
+// the operator sees the upgrade start within half a minute.
+const operatorRetrySeconds = 30
+
+// OperatorMissingMessage says that the workload cluster has no NodeOpUpgrade API and what to
+// install. UpdateMachine waits with it (operatorWaitingMessage); the control plane quotes it when
+// it finds the API missing after a failed update.
 const OperatorMissingMessage = "the workload cluster has no NodeOpUpgrade API (operator.kairos.io/v1alpha1): " +
 	"in-place upgrades of Kairos nodes need the Kairos operator in the workload cluster " +
 	"(https://kairos.io/docs/upgrade/kubernetes/): install it with " +
 	"`kubectl apply -k https://github.com/kairos-io/kairos-operator/config/default` " +
 	"(air-gapped: mirror the operator's image and the Kairos upgrade images to a registry the nodes reach)"
+
+// operatorWaitingMessage is UpdateMachine's answer while the NodeOpUpgrade API is missing. Cluster
+// API's Machine controller shows it in the Machine's Updating condition ("In-place update in
+// progress: ..."), where the user who has to install the operator looks.
+var operatorWaitingMessage = fmt.Sprintf("waiting for the Kairos operator (the node is not touched until then): %s; "+
+	"the upgrade starts by itself within %d s of the NodeOpUpgrade API being served", OperatorMissingMessage, operatorRetrySeconds)
 
 // RemoteClients reaches workload clusters. The manager's ClusterCache satisfies it.
 type RemoteClients interface {
@@ -120,6 +132,27 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 		resp.SetMessage(msg)
 		resp.SetRetryAfterSeconds(retryAfterSeconds)
 	}
+	// A missing operator is something the user fixes in the workload cluster, with nothing done
+	// to the node yet: the hook waits for it instead of failing. Cluster API v1.14's Machine
+	// controller (core/reconcilers/machine/machine_controller_inplace_update.go,
+	// reconcileInPlaceUpdate) turns a Failure answer into a reconcile error: the Machine's
+	// Updating condition says only "UpdateMachine hook failed: please check controller logs",
+	// and controller-runtime requeues the Machine with per-item exponential backoff (5 ms
+	// doubling up to 1000 s, pkg/controller/controller.go; only a reconcile without error
+	// resets it, pkg/internal/controller/controller.go): once the operator was installed, the
+	// update resumed at the next retry only, up to ~17 minutes later, while the control plane
+	// told the user to change the spec or delete the Machine. A Success with
+	// retryAfterSeconds is requeued at that interval (callUpdateMachineHook's hook cache) and
+	// its message shown in the Updating condition. The REST mapper needs nothing: the
+	// ClusterCache's (controller-runtime's dynamic RESTMapper, pkg/client/apiutil/restmapper.go)
+	// asks the API server again, on every lookup, for a group version it has no mapping for,
+	// so the next call finds the API once it is served.
+	waitForOperator := func() {
+		log.V(1).Info("The workload cluster has no NodeOpUpgrade API: waiting for the Kairos operator", "retryAfterSeconds", operatorRetrySeconds)
+		resp.SetStatus(runtimehooksv1.ResponseStatusSuccess)
+		resp.SetMessage(operatorWaitingMessage)
+		resp.SetRetryAfterSeconds(operatorRetrySeconds)
+	}
 
 	image, err := desiredImage(req)
 	if err != nil {
@@ -168,7 +201,7 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 	err = remote.Get(ctx, client.ObjectKey{Namespace: NodeOpUpgradeNamespace, Name: name}, nou)
 	switch {
 	case meta.IsNoMatchError(err) || isMissingResource(err):
-		failure(OperatorMissingMessage)
+		waitForOperator()
 		return
 	case apierrors.IsNotFound(err):
 		// One upgrade of a node at a time: the desired image can change while an earlier
@@ -194,7 +227,7 @@ func (h *Handlers) UpdateMachine(ctx context.Context, req *runtimehooksv1.Update
 		if err := remote.Create(ctx, nou); err != nil {
 			switch {
 			case meta.IsNoMatchError(err) || isMissingResource(err):
-				failure(OperatorMissingMessage)
+				waitForOperator()
 			case apierrors.IsAlreadyExists(err):
 				progress(fmt.Sprintf("NodeOpUpgrade %s/%s upgrades node %s to %s", NodeOpUpgradeNamespace, name, nodeName, image))
 			default:

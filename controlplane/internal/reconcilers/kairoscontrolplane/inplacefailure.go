@@ -94,10 +94,12 @@ func (r *Reconciler) inPlaceFailureReason(ctx context.Context, s *scope, m *clus
 	err = remote.Get(ctx, client.ObjectKey{Namespace: extension.NodeOpUpgradeNamespace, Name: name}, nou)
 	switch {
 	case meta.IsNoMatchError(err):
+		// The extension waits for a missing operator instead of failing (extension.UpdateMachine),
+		// but a hook that failed for another reason (a lost reply) still needs it.
 		return hookFailed + ": " + extension.OperatorMissingMessage
 	case apierrors.IsNotFound(err):
-		// The extension refused before creating it (no operator, no image, ...): its message is
-		// in the Machine controller's log only.
+		// The extension refused before creating it (no image, ...): its message is in the
+		// Machine controller's log only.
 		return fmt.Sprintf("%s before NodeOpUpgrade %s/%s for %s was created: see the logs of Cluster API's Machine controller", hookFailed, extension.NodeOpUpgradeNamespace, name, config.Spec.Image)
 	case err != nil:
 		ctrl.LoggerFrom(ctx).Error(err, "Reading the NodeOpUpgrade of a failed in-place update", "Machine", klog.KObj(m), "NodeOpUpgrade", name)
