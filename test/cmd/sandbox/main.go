@@ -165,10 +165,18 @@ func run(clusterName string, workers int64, inPlace bool) (reterr error) {
 	if err != nil {
 		return err
 	}
-	kubeconfigPath := filepath.Join(os.TempDir(), "kairos-capi-sandbox.kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+	// The kubeconfig lives in the sandbox's folder; the documented path links to it while the
+	// sandbox runs, and goes with it: it names API servers that no longer exist once it ends.
+	ownKubeconfig := filepath.Join(dir, "management.kubeconfig")
+	if err := os.WriteFile(ownKubeconfig, kubeconfig, 0o600); err != nil {
 		return err
 	}
+	kubeconfigPath := kubeconfigLink()
+	_ = os.Remove(kubeconfigPath) // an earlier sandbox's
+	if err := os.Symlink(ownKubeconfig, kubeconfigPath); err != nil {
+		return err
+	}
+	defer unpublishInto(kubeconfigPath, dir)
 
 	// clusterctl reads template variables from the environment.
 	password := os.Getenv("KAIROS_USER_PASSWORD")
@@ -298,6 +306,28 @@ Press Ctrl-C to stop everything.
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// sandboxTmpDirEnv is the temporary folder of the sandbox's user, which the guard passes to the
+// sandbox it runs with TMPDIR set to a folder of its own.
+const sandboxTmpDirEnv = "KAIROS_SANDBOX_TMPDIR"
+
+// kubeconfigLink is where the sandbox publishes its management kubeconfig (README, "The
+// sandbox"): in the user's temporary folder, whatever TMPDIR the sandbox itself runs with.
+func kubeconfigLink() string {
+	dir := os.Getenv(sandboxTmpDirEnv)
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "kairos-capi-sandbox.kubeconfig")
+}
+
+// unpublishInto removes the symbolic link at link if it points into dir: this sandbox's, not one
+// that a sandbox started since then replaced it with.
+func unpublishInto(link, dir string) {
+	if target, err := os.Readlink(link); err == nil && strings.HasPrefix(target, dir+string(filepath.Separator)) {
+		_ = os.Remove(link)
+	}
+}
 
 // inPlaceVersion is what -in-place upgrades the demo cluster's control plane to, with the Kairos
 // image that ships it.
