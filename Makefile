@@ -96,8 +96,15 @@ TEST_JSON_DIR ?=
 # with the 2 cores partly idle. goreleaser's build from source takes about 6 minutes of them;
 # the envtest build beside verify made the assets ready 60 s sooner (verify itself 230 s slower:
 # the cores are mostly busy). Warm, both scripts only print their cached paths.
+# make test runs in a TMPDIR of its own (hack/leave-nothing.sh): a run that passes fails all the
+# same when it left a file there or a process running; a failing run keeps the folder and says
+# where. test-all is the run itself.
 .PHONY: test
-test: ## Run every test of every module (make verify first; builds goreleaser and the envtest assets when needed).
+test: ## Run every test of every module (make verify first; builds goreleaser and the envtest assets when needed); fails if it leaves a file in TMPDIR or a process running.
+	@./hack/leave-nothing.sh $(MAKE) --no-print-directory test-all
+
+.PHONY: test-all
+test-all:
 	@mkdir -p $(BIN); setsid ./hack/goreleaser.sh >$(BIN)/goreleaser.path 2>$(BIN)/goreleaser.log & gr=$$!; \
 	setsid ./hack/envtest-assets.sh >$(BIN)/envtest.path 2>$(BIN)/envtest.log & ea=$$!; \
 	trap 'kill -- -'$$gr' -'$$ea' 2>/dev/null || true' EXIT; \

@@ -79,15 +79,20 @@ type Cluster struct {
 
 	// leavesHeld stops the distribution from acting on etcd leave requests (HoldLeaveRequests).
 	leavesHeld atomic.Bool
-	// operator is the Kairos operator, once installed (InstallKairosOperator); guarded by mu.
-	operator *kairosOperator
+	// operator is the Kairos operator, once its CRD is established (watchForKairosOperator);
+	// guarded by mu. operatorStarted is closed when it starts.
+	operator        *kairosOperator
+	operatorStarted chan struct{}
 
 	mu sync.Mutex
 	// servers are the control-plane nodes' etcd members, by member name.
 	servers map[string]*etcdServer
 	stopped bool
-	cancel  context.CancelFunc
-	loop    chan struct{}
+	// stopping is closed when Stop begins.
+	stopping chan struct{}
+	cancel   context.CancelFunc
+	// loops are the cluster's background loops (startLoop).
+	loops sync.WaitGroup
 }
 
 // EtcdMember is one member of a simulated cluster's etcd, as etcd's member list has it.
@@ -158,7 +163,7 @@ func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, c
 	}
 	c := &Cluster{
 		reg: r, endpoint: endpoint, apiAddr: endpoint, distribution: p.distribution, dir: dir, pki: cp, init: init.node,
-		servers: map[string]*etcdServer{}, loop: make(chan struct{}),
+		servers: map[string]*etcdServer{}, operatorStarted: make(chan struct{}), stopping: make(chan struct{}),
 		single: p.distribution == render.K0s && p.flags.bool("single"),
 	}
 	if init.node.spec.EndpointIsVIP {
@@ -405,12 +410,18 @@ func (c *Cluster) bootstrap(ctx context.Context) error {
 	return nil
 }
 
-// start the background loop that honours etcd leave requests.
+// startLoop starts the cluster's background loops: the one that honours etcd leave requests,
+// and the watch that starts the Kairos operator once its CRD is applied.
 func (c *Cluster) startLoop() {
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
+	c.loops.Add(2)
 	go func() {
-		defer close(c.loop)
+		defer c.loops.Done()
+		c.watchForKairosOperator(ctx)
+	}()
+	go func() {
+		defer c.loops.Done()
 		for {
 			select {
 			case <-ctx.Done():
@@ -436,6 +447,7 @@ func (c *Cluster) Stop() {
 		return
 	}
 	c.stopped = true
+	close(c.stopping)
 	op := c.operator
 	c.mu.Unlock()
 	if op != nil {
@@ -443,7 +455,7 @@ func (c *Cluster) Stop() {
 	}
 	if c.cancel != nil {
 		c.cancel()
-		<-c.loop
+		c.loops.Wait()
 	}
 	if c.vip != nil {
 		c.vip.close()

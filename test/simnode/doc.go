@@ -27,7 +27,8 @@
 //
 // A node boots a Kairos image (NodeSpec.Image, by default KairosImage of its distribution and
 // version) and keeps an active and a passive image (Node.Images). Node.Upgrade (or a NodeOpUpgrade
-// carried out by the Kairos operator a test installs with Cluster.InstallKairosOperator) writes a new
+// carried out by the Kairos operator, which a cluster runs once the operator's NodeOpUpgrade CRD is
+// applied to it: Cluster.InstallKairosOperator, or a user's kubectl apply) writes a new
 // active image and reboots: the kubelet, the distribution and the etcd member stop and start again
 // from the same data. Which image boots is GRUB's boot assessment's choice, with Kairos' rules
 // (bootassessment.go): an image that does not boot (Registry.BreakImage) comes back to GRUB after

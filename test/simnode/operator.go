@@ -16,11 +16,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 )
 
 // The Kairos operator (github.com/kairos-io/kairos-operator) upgrades Kairos nodes from inside a
@@ -143,9 +146,11 @@ type nodeRunState struct {
 }
 
 // InstallKairosOperator installs the Kairos operator in the workload cluster, as a user who
-// deploys it (kubectl apply -k .../kairos-operator/config/default) does: the NodeOpUpgrade CRD and
-// a controller that carries out NodeOpUpgrades on the cluster's simulated nodes. A workload cluster
-// has no operator until then. Calling it again does nothing. The operator stops with the cluster.
+// deploys it (kubectl apply -k .../kairos-operator/config/default) does: it applies the
+// NodeOpUpgrade CRD to the cluster's API server and returns once the operator runs, which the
+// cluster starts when the CRD is established (watchForKairosOperator), as for any other client
+// that applies it. A workload cluster has no operator until then. Calling it again does nothing.
+// The operator stops with the cluster.
 //
 // For each NodeOpUpgrade it selects the Nodes by spec.nodeSelector (all Nodes when empty), at most
 // spec.concurrency at a time (0: all), and stops starting nodes after a failure when
@@ -175,30 +180,105 @@ func (c *Cluster) InstallKairosOperator(ctx context.Context) error {
 	if err := c.client.Create(ctx, crd); err != nil && !apierrors.IsAlreadyExists(err) {
 		return fmt.Errorf("installing the NodeOpUpgrade CRD: %w", err)
 	}
-	if err := retryFor(ctx, 30*time.Second, func() error {
-		got := &apiextensionsv1.CustomResourceDefinition{}
-		if err := c.client.Get(ctx, client.ObjectKeyFromObject(crd), got); err != nil {
-			return err
+	// The operator's Deployment rolls out: the cluster starts the operator once the CRD is
+	// established, within one watch event.
+	select {
+	case <-c.operatorStarted:
+		return nil
+	case <-c.stopping:
+		return errors.New("the workload cluster stopped before the Kairos operator started")
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(30 * time.Second):
+		return errors.New("the Kairos operator did not start within 30 s of its NodeOpUpgrade CRD being applied (is the CRD established?)")
+	}
+}
+
+// KairosOperatorManifests is what a user applies to a simulated workload cluster to deploy the
+// simulated Kairos operator (kubectl apply -f): the NodeOpUpgrade CRD (NodeOpUpgradeCRD), in
+// YAML. The operator itself has no manifest here, as no kubelet of the simulation runs pods: the
+// cluster starts it once the CRD is established, as the real operator's Deployment would start
+// beside its CRD. The real operator's manifests
+// (kubectl apply -k https://github.com/kairos-io/kairos-operator/config/default) work as well:
+// their NodeOpUpgrade CRD starts the simulated operator, and their Deployment never runs.
+func KairosOperatorManifests() ([]byte, error) {
+	crd := NodeOpUpgradeCRD()
+	crd.APIVersion, crd.Kind = apiextensionsv1.SchemeGroupVersion.String(), "CustomResourceDefinition"
+	data, err := yaml.Marshal(crd)
+	if err != nil {
+		return nil, err
+	}
+	header := "# The simulated Kairos operator (kairos-operator " + KairosOperatorRelease + ", test/simnode/operator.go): its\n" +
+		"# NodeOpUpgrade CRD. A simulated workload cluster starts the operator once this CRD is established.\n"
+	return append([]byte(header), data...), nil
+}
+
+// watchForKairosOperator starts the cluster's Kairos operator once the NodeOpUpgrade CRD is
+// established in its API server, whoever applied it (InstallKairosOperator, a user's kubectl
+// apply of the operator's manifests): a real cluster runs the operator once its manifests are
+// applied, and the CRD is the part of them the simulation can see (its Deployment would need a
+// kubelet that runs pods). It watches the one CRD by name, so a cluster without the operator
+// costs one idle watch; it follows the API server through restarts (a rebooting single
+// control-plane node) until the cluster stops.
+func (c *Cluster) watchForKairosOperator(ctx context.Context) {
+	wc, err := client.NewWithWatch(c.config, client.Options{Scheme: c.client.Scheme()})
+	if err != nil {
+		c.reg.log.Error(err, "Cannot watch for the Kairos operator's CRD: the operator never starts", "endpoint", c.endpoint)
+		return
+	}
+	name := NodeOpUpgradeCRD().Name
+	for ctx.Err() == nil {
+		if c.watchCRDOnce(ctx, wc, name) {
+			c.startKairosOperator()
+			return
 		}
-		for _, cond := range got.Status.Conditions {
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// watchCRDOnce watches the CRD name until it is established (true) or the watch ends (false).
+// A watch without a resource version starts with the object as it is, so a CRD applied before
+// the watch began is seen too.
+func (c *Cluster) watchCRDOnce(ctx context.Context, wc client.WithWatch, name string) bool {
+	timeout := int64(300) // a fresh watch now and then, should a connection hang unnoticed
+	w, err := wc.Watch(ctx, &apiextensionsv1.CustomResourceDefinitionList{}, &client.ListOptions{
+		FieldSelector: fields.OneTermEqualSelector("metadata.name", name),
+		Raw:           &metav1.ListOptions{TimeoutSeconds: &timeout},
+	})
+	if err != nil {
+		return false // the API server is unavailable: the next try
+	}
+	defer w.Stop()
+	for ev := range w.ResultChan() {
+		crd, ok := ev.Object.(*apiextensionsv1.CustomResourceDefinition)
+		if !ok || ev.Type == watch.Deleted {
+			continue
+		}
+		for _, cond := range crd.Status.Conditions {
 			if cond.Type == apiextensionsv1.Established && cond.Status == apiextensionsv1.ConditionTrue {
-				return nil
+				return true
 			}
 		}
-		return errors.New("the NodeOpUpgrade CRD is not established")
-	}); err != nil {
-		return err
 	}
+	return false
+}
+
+// startKairosOperator starts the cluster's operator, once, unless the cluster stopped.
+func (c *Cluster) startKairosOperator() {
 	octx, cancel := context.WithCancel(context.Background())
 	op := &kairosOperator{c: c, cancel: cancel, runs: map[types.UID]*upgradeRun{}}
 	c.mu.Lock()
 	if c.operator != nil || c.stopped {
 		c.mu.Unlock()
 		cancel()
-		return nil
+		return
 	}
 	c.operator = op
 	c.mu.Unlock()
+	c.reg.log.Info("Kairos operator started: its NodeOpUpgrade CRD is established", "endpoint", c.endpoint)
 	op.wg.Add(1)
 	go func() {
 		defer op.wg.Done()
@@ -211,7 +291,7 @@ func (c *Cluster) InstallKairosOperator(ctx context.Context) error {
 			}
 		}
 	}()
-	return nil
+	close(c.operatorStarted)
 }
 
 func (op *kairosOperator) stop() {

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/yaml"
 
 	commoncc "github.com/kairos-capi/kairos-capi/common/cloudconfig"
 	"github.com/kairos-capi/kairos-capi/common/render"
@@ -300,6 +301,51 @@ func TestKairosUpgrade(t *testing.T) {
 			t.Logf("%s took %s", dist, time.Since(start))
 		})
 	}
+}
+
+// TestKairosOperatorStartsWithItsCRD: a workload cluster nobody installed the operator in through
+// the simulation (no Cluster.InstallKairosOperator) gets it as a real cluster does, once a user
+// applies the operator's manifests to its API server: the simulated operator then labels the
+// Node and carries out a NodeOpUpgrade, here a k3s node's upgrade to v1.37.0 (README, "Upgrading
+// in place": the k3s walk-through). Until then nothing acts: no node label, no NodeOpUpgrade API.
+func TestKairosOperatorStartsWithItsCRD(t *testing.T) {
+	t.Parallel() // its own Registry: nothing shared with the other tests
+	reg := newRegistry(t)
+	w := newWorld(t, reg, render.K3s)
+	cp := w.start("cp-0", w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-0"}), "")
+	waitPhase(t, cp, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
+	admin := reg.Cluster(w.endpointString()).AdminClient()
+	if n := node(t, admin, "cp-0"); n.Labels[simnode.NodeLabelKairosManaged] != "" {
+		t.Fatalf("the node labeler ran before the operator was deployed: labels %v", n.Labels)
+	}
+	if err := admin.List(w.ctx, nodeOpUpgradeList()); err == nil {
+		t.Fatal("NodeOpUpgrades are served before the operator's manifests were applied")
+	}
+
+	// kubectl apply -f of the manifests, as the sandbox's user does.
+	manifests, err := simnode.KairosOperatorManifests()
+	if err != nil {
+		t.Fatal(err)
+	}
+	crd := &unstructured.Unstructured{}
+	if err := yaml.Unmarshal(manifests, &crd.Object); err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.Create(w.ctx, crd); err != nil {
+		t.Fatal(err)
+	}
+	image := simnode.KairosImage(render.K3s, "v1.37.0")
+	up := createNodeOpUpgrade(t, admin, "to-v1-37-0", image)
+	waitNodeOpUpgrade(t, admin, up, simnode.NodeOpPhaseCompleted, 3*time.Minute)
+	if want := kubeletVersionOf(render.K3s, "v1.37.0+k3s1"); node(t, admin, "cp-0").Status.NodeInfo.KubeletVersion != want || cp.RunningImage() != image {
+		t.Errorf("after the NodeOpUpgrade: kubelet %s, image %s; want %s, %s", node(t, admin, "cp-0").Status.NodeInfo.KubeletVersion, cp.RunningImage(), want, image)
+	}
+	framework.Eventually(t, 30*time.Second, func() error {
+		if n := node(t, admin, "cp-0"); n.Labels[simnode.NodeLabelKairosManaged] != "true" || n.Labels[simnode.NodeLabelBootState] != "active" {
+			return fmt.Errorf("the node labeler's labels %v", n.Labels)
+		}
+		return nil
+	})
 }
 
 // releaseOf is the /etc/kairos-release triple of an image, what the boot assessment verifies.

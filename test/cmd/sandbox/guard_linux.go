@@ -21,7 +21,11 @@ const sandboxChildEnv = "KAIROS_SANDBOX_CHILD"
 // guard runs the sandbox as a child process and outlives it: it is the child subreaper of
 // everything the sandbox starts (the management API server and etcd, the workload clusters'
 // processes), so when the sandbox ends in a way that runs no cleanup (kill -9, a crash), their
-// orphans come to the guard, which stops them. Ctrl-C reaches the sandbox directly (same
+// orphans come to the guard, which stops them. The same goes for the sandbox's files: the child
+// runs with TMPDIR set to a folder of the guard's, where everything temporary of the sandbox
+// and its processes goes (its repositories, the API servers' certificates and etcd data, the
+// simulated nodes), and the guard removes that folder, and the management kubeconfig's link
+// into it, once the sandbox and its orphans ended. Ctrl-C reaches the sandbox directly (same
 // process group); a signal sent to the guard alone is passed on. It returns the sandbox's exit
 // code.
 func guard() (code int, guarded bool) {
@@ -38,9 +42,15 @@ func guard() (code int, guarded bool) {
 		fmt.Fprintln(os.Stderr, "sandbox:", err)
 		return 1, true
 	}
+	tmp, err := os.MkdirTemp("", "kairos-sandbox-run-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandbox:", err)
+		return 1, true
+	}
+	defer os.RemoveAll(tmp)
 	cmd := exec.Command(self, os.Args[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
-	cmd.Env = append(os.Environ(), sandboxChildEnv+"=1")
+	cmd.Env = append(os.Environ(), sandboxChildEnv+"=1", sandboxTmpDirEnv+"="+os.TempDir(), "TMPDIR="+tmp)
 	if err := cmd.Start(); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox:", err)
 		return 1, true
@@ -52,6 +62,8 @@ func guard() (code int, guarded bool) {
 	}()
 	err = cmd.Wait()
 	stopOrphans()
+	// The sandbox removes its link when it ends cleanly; after a kill, the guard does.
+	unpublishInto(kubeconfigLink(), tmp)
 	var exit *exec.ExitError
 	switch {
 	case err == nil:

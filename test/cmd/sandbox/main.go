@@ -20,6 +20,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -33,12 +34,17 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/rand"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -165,8 +171,25 @@ func run(clusterName string, workers int64, inPlace bool) (reterr error) {
 	if err != nil {
 		return err
 	}
-	kubeconfigPath := filepath.Join(os.TempDir(), "kairos-capi-sandbox.kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
+	// The kubeconfig lives in the sandbox's folder; the documented path links to it while the
+	// sandbox runs, and goes with it: it names API servers that no longer exist once it ends.
+	ownKubeconfig := filepath.Join(dir, "management.kubeconfig")
+	if err := os.WriteFile(ownKubeconfig, kubeconfig, 0o600); err != nil {
+		return err
+	}
+	kubeconfigPath := kubeconfigLink()
+	_ = os.Remove(kubeconfigPath) // an earlier sandbox's
+	if err := os.Symlink(ownKubeconfig, kubeconfigPath); err != nil {
+		return err
+	}
+	defer unpublishInto(kubeconfigPath, dir)
+	// What a user applies to a workload cluster to deploy the (simulated) Kairos operator.
+	operatorManifests := filepath.Join(dir, "kairos-operator.yaml")
+	manifests, err := simnode.KairosOperatorManifests()
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(operatorManifests, manifests, 0o644); err != nil {
 		return err
 	}
 
@@ -268,7 +291,7 @@ func run(clusterName string, workers int64, inPlace bool) (reterr error) {
 	}
 
 	if inPlace {
-		if err := upgradeInPlace(ctx, h, clusterName, os.Stdout); err != nil {
+		if err := upgradeInPlace(ctx, h, clusterName, dir, operatorManifests, os.Stdout); err != nil {
 			if ctx.Err() != nil {
 				say("Stopping")
 				return nil
@@ -287,11 +310,16 @@ The sandbox is running. Management cluster:
 
 Machines of your own clusters use the simulated infrastructure kinds KairosSimCluster,
 KairosSimMachineTemplate and KairosSimMachine (infrastructure.cluster.x-k8s.io/v1beta2);
-each simulated machine boots the Kairos document it is given. The login password of the
-template's nodes is %[3]q (KAIROS_USER_PASSWORD).
+each simulated machine boots the Kairos document it is given. The cluster templates (flavors
+default, k3s, ha, clusterctl generate cluster --from) are in %[4]s.
+The login password of the template's nodes is %[3]q (KAIROS_USER_PASSWORD).
+
+The Kairos operator, for in-place upgrades (make sandbox IN_PLACE=1), in any workload cluster:
+
+  kubectl --kubeconfig %[2]s.kubeconfig apply -f %[5]s
 
 Press Ctrl-C to stop everything.
-`, kubeconfigPath, clusterName, password)
+`, kubeconfigPath, clusterName, password, filepath.Dir(templatePath), operatorManifests)
 	<-ctx.Done()
 	say("Stopping")
 	return nil
@@ -299,28 +327,44 @@ Press Ctrl-C to stop everything.
 
 func ptrTo[T any](v T) *T { return &v }
 
+// sandboxTmpDirEnv is the temporary folder of the sandbox's user, which the guard passes to the
+// sandbox it runs with TMPDIR set to a folder of its own.
+const sandboxTmpDirEnv = "KAIROS_SANDBOX_TMPDIR"
+
+// kubeconfigLink is where the sandbox publishes its management kubeconfig (README, "The
+// sandbox"): in the user's temporary folder, whatever TMPDIR the sandbox itself runs with.
+func kubeconfigLink() string {
+	dir := os.Getenv(sandboxTmpDirEnv)
+	if dir == "" {
+		dir = os.TempDir()
+	}
+	return filepath.Join(dir, "kairos-capi-sandbox.kubeconfig")
+}
+
+// unpublishInto removes the symbolic link at link if it points into dir: this sandbox's, not one
+// that a sandbox started since then replaced it with.
+func unpublishInto(link, dir string) {
+	if target, err := os.Readlink(link); err == nil && strings.HasPrefix(target, dir+string(filepath.Separator)) {
+		_ = os.Remove(link)
+	}
+}
+
 // inPlaceVersion is what -in-place upgrades the demo cluster's control plane to, with the Kairos
 // image that ships it.
 const inPlaceVersion = "v1.37.0+k0s"
 
 // upgradeInPlace demonstrates an in-place Kairos upgrade (README, "Upgrading in place"): it
-// installs the Kairos operator in the workload cluster, as a user would, and changes the control
-// plane's version and Kairos image with maxSurge 0, so that its Machine is upgraded where it
-// stands, through Cluster API's UpdateMachine hook and a NodeOpUpgrade. It returns once the
-// Machine runs the new version, and says whether it is the same Machine.
-func upgradeInPlace(ctx context.Context, h *harness.Harness, clusterName string, w io.Writer) error {
-	cluster := &clusterv1.Cluster{}
-	if err := h.Client.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: clusterName}, cluster); err != nil {
-		return err
-	}
-	ep := cluster.Spec.ControlPlaneEndpoint
-	sim := h.Registry.ClusterAt(ep.Host, ep.Port)
-	if sim == nil {
-		return fmt.Errorf("no simulated workload cluster at %s:%d", ep.Host, ep.Port)
-	}
-	say("Installing the Kairos operator in the workload cluster (kubectl apply -k https://github.com/kairos-io/kairos-operator/config/default)")
-	if err := sim.InstallKairosOperator(ctx); err != nil {
-		return err
+// installs the Kairos operator in the workload cluster as a user would, applying its manifests
+// (operatorManifests) with the cluster's kubeconfig, and changes the control plane's version and
+// Kairos image with maxSurge 0, so that its Machine is upgraded where it stands, through Cluster
+// API's UpdateMachine hook and a NodeOpUpgrade. It returns once the Machine runs the new version,
+// and says whether it is the same Machine.
+func upgradeInPlace(ctx context.Context, h *harness.Harness, clusterName, dir, operatorManifests string, w io.Writer) error {
+	kubeconfig := filepath.Join(dir, clusterName+".kubeconfig")
+	say("Installing the Kairos operator in the workload cluster: kubectl get secret %s-kubeconfig -o jsonpath='{.data.value}' | base64 -d > %s; kubectl --kubeconfig %s apply -f %s",
+		clusterName, kubeconfig, kubeconfig, operatorManifests)
+	if err := applyToWorkloadCluster(ctx, h.Client, clusterName, kubeconfig, operatorManifests); err != nil {
+		return fmt.Errorf("installing the Kairos operator: %w", err)
 	}
 	before, err := controlPlaneMachine(ctx, h.Client, clusterName)
 	if err != nil {
@@ -366,6 +410,76 @@ func upgradeInPlace(ctx context.Context, h *harness.Harness, clusterName string,
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// applyToWorkloadCluster does what a user does to apply manifests to a workload cluster: it
+// writes the cluster's kubeconfig (its Secret <cluster>-kubeconfig) to kubeconfig, creates the
+// manifests' objects with it (kubectl apply -f), and waits until the CustomResourceDefinitions
+// among them are established (kubectl wait --for condition=established).
+func applyToWorkloadCluster(ctx context.Context, mgmt client.Client, clusterName, kubeconfig, manifests string) error {
+	secret := &corev1.Secret{}
+	if err := mgmt.Get(ctx, client.ObjectKey{Namespace: metav1.NamespaceDefault, Name: clusterName + "-kubeconfig"}, secret); err != nil {
+		return err
+	}
+	if err := os.WriteFile(kubeconfig, secret.Data["value"], 0o600); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	wl, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	data, err := os.ReadFile(manifests)
+	if err != nil {
+		return err
+	}
+	var crds []string
+	decoder := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := decoder.Decode(&obj.Object); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return fmt.Errorf("%s: %w", manifests, err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		if err := wl.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("creating %s %s: %w", obj.GetKind(), obj.GetName(), err)
+		}
+		if obj.GetKind() == "CustomResourceDefinition" {
+			crds = append(crds, obj.GetName())
+		}
+	}
+	for _, name := range crds {
+		for {
+			crd := &unstructured.Unstructured{}
+			crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
+			if err := wl.Get(ctx, client.ObjectKey{Name: name}, crd); err == nil && crdEstablished(crd) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(500 * time.Millisecond):
+			}
+		}
+	}
+	return nil
+}
+
+func crdEstablished(crd *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	for _, raw := range conds {
+		if c, ok := raw.(map[string]any); ok && c["type"] == string(apiextensionsv1.Established) && c["status"] == string(apiextensionsv1.ConditionTrue) {
+			return true
+		}
+	}
+	return false
 }
 
 // controlPlaneMachine returns the demo cluster's only control-plane Machine.

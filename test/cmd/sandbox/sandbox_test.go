@@ -28,9 +28,9 @@ import (
 // TestSandbox runs `make sandbox` as a user does, in a terminal (a pseudo-terminal of its own): it
 // must bring the demo cluster up, let the control plane be scaled through the printed
 // kubeconfig, and, stopped by Ctrl-C typed on that terminal, end cleanly with make's status 0
-// and no make error, leaving no process behind.
+// and no make error, leaving no process and no file behind.
 func TestSandbox(t *testing.T) {
-	p, out := startSandbox(t, "sandbox", "-cluster sbx -workers 1", 6*time.Minute)
+	p, out, tmp := startSandbox(t, "sandbox", "-cluster sbx -workers 1", 6*time.Minute)
 	for _, want := range []string{"clusterctl init", "KairosControlPlane/sbx-control-plane", "Available=True", "kubectl scale kairoscontrolplane sbx-control-plane"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the sandbox's output lacks %q:\n%s", want, out)
@@ -110,17 +110,20 @@ func TestSandbox(t *testing.T) {
 		t.Errorf("expected the management and workload API servers and etcds below the sandbox, found %v", children)
 	}
 	stopWithCtrlC(t, p, children)
+	leftNothing(t, tmp)
 }
 
 // startSandbox runs `make target SANDBOX_ARGS=args` on a terminal of its own, as a user does, and
-// waits up to limit for it to say it is running; it returns the process and its output so far.
-func startSandbox(t *testing.T, target, args string, limit time.Duration) (*framework.Process, string) {
+// waits up to limit for it to say it is running; it returns the process, its output so far and
+// the folder it has as TMPDIR, empty at the start.
+func startSandbox(t *testing.T, target, args string, limit time.Duration) (*framework.Process, string, string) {
 	t.Helper()
 	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := framework.StartProcessOnTerminal("make "+target, filepath.Join(t.TempDir(), "sandbox.log"), nil,
+	tmp := t.TempDir()
+	p, err := framework.StartProcessOnTerminal("make "+target, filepath.Join(t.TempDir(), "sandbox.log"), []string{"TMPDIR=" + tmp},
 		"make", "-C", root, "--no-print-directory", target, "SANDBOX_ARGS="+args)
 	if err != nil {
 		t.Fatal(err)
@@ -135,7 +138,25 @@ func startSandbox(t *testing.T, target, args string, limit time.Duration) (*fram
 		}
 		return nil
 	})
-	return p, p.Output()
+	return p, p.Output(), tmp
+}
+
+// leftNothing checks that the sandbox, once ended, left nothing in the folder it had as TMPDIR:
+// not its folders, nor those of the API servers and simulated nodes it started, nor the
+// management kubeconfig (whose API server is gone).
+func leftNothing(t *testing.T, tmp string) {
+	t.Helper()
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range entries {
+		left = append(left, e.Name())
+	}
+	if len(left) > 0 {
+		t.Errorf("the sandbox left %v in its TMPDIR %s", left, tmp)
+	}
 }
 
 // stopWithCtrlC types Ctrl-C on the sandbox's terminal and checks that make ends with status 0
@@ -176,7 +197,7 @@ func stopWithCtrlC(t *testing.T, p *framework.Process, children []int) {
 // the control plane moves to the next minor version and Kairos image on the same Machine, and
 // Ctrl-C ends it cleanly.
 func TestSandboxInPlace(t *testing.T) {
-	p, out := startSandbox(t, "sandbox-in-place", "-cluster sbxip", 8*time.Minute)
+	p, out, tmp := startSandbox(t, "sandbox-in-place", "-cluster sbxip", 8*time.Minute)
 	for _, want := range []string{
 		"In-place updates: ExtensionConfig",
 		"Installing the Kairos operator in the workload cluster",
@@ -194,6 +215,7 @@ func TestSandboxInPlace(t *testing.T) {
 		t.Errorf("the sandbox replaced its Machine:\n%s", out)
 	}
 	stopWithCtrlC(t, p, descendants(p.Pid()))
+	leftNothing(t, tmp)
 }
 
 // descendants lists every process below pid.
@@ -224,9 +246,9 @@ func tail(s string, n int) string {
 }
 
 // TestSandboxEndsAbruptly: a sandbox that ends without the chance to clean up leaves nothing
-// running. Its output piped into a pager that quits (the pipe closes) stops it cleanly (before,
-// SIGPIPE killed it and its API servers and etcd lived on); and when the sandbox process is
-// killed outright, its guard stops what it started.
+// running and no file behind. Its output piped into a pager that quits (the pipe closes) stops it
+// cleanly (before, SIGPIPE killed it and its API servers and etcd lived on); and when the sandbox
+// process is killed outright, its guard stops what it started and removes its files.
 func TestSandboxEndsAbruptly(t *testing.T) {
 	dir := t.TempDir()
 	bin, err := framework.BuildBinary("./test/cmd/sandbox", dir, "sandbox")
@@ -235,12 +257,14 @@ func TestSandboxEndsAbruptly(t *testing.T) {
 	}
 	// start runs the sandbox with its output on a pipe and returns once the management API
 	// server runs, with the processes below the sandbox at that moment.
-	start := func(t *testing.T) (*exec.Cmd, *os.File, chan error, []int) {
+	start := func(t *testing.T) (*exec.Cmd, *os.File, chan error, []int, string) {
 		r, w, err := os.Pipe()
 		if err != nil {
 			t.Fatal(err)
 		}
+		tmp := t.TempDir()
 		cmd := exec.Command(bin, "-cluster", "abrupt", "-workers", "0")
+		cmd.Env = append(os.Environ(), "TMPDIR="+tmp)
 		cmd.Stdout, cmd.Stderr = w, w
 		if err := cmd.Start(); err != nil {
 			t.Fatal(err)
@@ -260,7 +284,7 @@ func TestSandboxEndsAbruptly(t *testing.T) {
 		if len(below) < 3 {
 			t.Fatalf("expected the sandbox, the management API server and etcd below the guard, found %v", below)
 		}
-		return cmd, r, done, below
+		return cmd, r, done, below, tmp
 	}
 	allGone := func(t *testing.T, pids []int) {
 		framework.Eventually(t, 30*time.Second, func() error {
@@ -278,7 +302,7 @@ func TestSandboxEndsAbruptly(t *testing.T) {
 	}
 
 	t.Run("output closed", func(t *testing.T) {
-		_, r, done, below := start(t)
+		_, r, done, below, tmp := start(t)
 		_ = r.Close()
 		select {
 		case err := <-done:
@@ -289,9 +313,10 @@ func TestSandboxEndsAbruptly(t *testing.T) {
 			t.Fatal("the sandbox still runs two minutes after its output closed")
 		}
 		allGone(t, below)
+		leftNothing(t, tmp)
 	})
 	t.Run("killed", func(t *testing.T) {
-		cmd, r, done, below := start(t)
+		cmd, r, done, below, tmp := start(t)
 		defer r.Close()
 		go func() { _, _ = io.Copy(io.Discard, r) }()
 		sandbox := childrenOf(cmd.Process.Pid)
@@ -307,5 +332,6 @@ func TestSandboxEndsAbruptly(t *testing.T) {
 			t.Fatal("the guard still runs a minute after its sandbox was killed")
 		}
 		allGone(t, below)
+		leftNothing(t, tmp)
 	})
 }
