@@ -72,6 +72,8 @@ func TestHAControlPlaneUpgradesInPlace(t *testing.T) {
 			api := probeWorkloadAPI(c.ctx, wl, client.ObjectKeyFromObject(probe))
 			voters := sampleEtcdVoters(c.ctx, sim)
 
+			// The operator reports no node done until the test has stopped the member below.
+			sim.HoldUpgradeCompletion(true)
 			c.update(func(s *controlplanev1.KairosControlPlaneSpec) {
 				s.Version = inPlaceVersion
 				s.KairosConfigSpec.Image = kairosImage(dist, inPlaceVersion)
@@ -183,10 +185,10 @@ func (c *cpCluster) firstUpdating(timeout time.Duration) *clusterv1.Machine {
 }
 
 // stopEtcdOnceRebooted stops the etcd member of Machine m as soon as its node runs image again,
-// while Cluster API has not finished the Machine's update (the UpdateMachine hook sees the node's
-// upgrade done only at its next call): no other Machine can have started updating then, so
-// stopping the member leaves two of three healthy. It fails the test rather than stop the member
-// once the window has passed.
+// while Cluster API has not finished the Machine's update: the simulated operator holds the
+// report of the node's upgrade (HoldUpgradeCompletion, set before the update) until the member is
+// stopped, so the update cannot end before, however slow the machine. No other Machine can have
+// started updating then, so stopping the member leaves two of three healthy.
 func (c *cpCluster) stopEtcdOnceRebooted(m *clusterv1.Machine, image string, timeout time.Duration) *clusterv1.Machine {
 	c.t.Helper()
 	node := c.nodeOf(*m)
@@ -216,6 +218,7 @@ func (c *cpCluster) stopEtcdOnceRebooted(m *clusterv1.Machine, image string, tim
 	if err := node.StopEtcd(); err != nil {
 		c.t.Fatal(err)
 	}
+	c.simCluster().HoldUpgradeCompletion(false)
 	return m
 }
 

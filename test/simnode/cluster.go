@@ -79,6 +79,9 @@ type Cluster struct {
 
 	// leavesHeld stops the distribution from acting on etcd leave requests (HoldLeaveRequests).
 	leavesHeld atomic.Bool
+	// upgradesHeld stops the Kairos operator from reporting a node's upgrade done
+	// (HoldUpgradeCompletion).
+	upgradesHeld atomic.Bool
 	// operator is the Kairos operator, once its CRD is established (watchForKairosOperator);
 	// guarded by mu. operatorStarted is closed when it starts.
 	operator        *kairosOperator
@@ -438,6 +441,12 @@ func (c *Cluster) startLoop() {
 // leader is being re-elected or k3s' controllers are still syncing: a request is carried out
 // whenever the controller gets to it, and a test can make that "later" happen on purpose.
 func (c *Cluster) HoldLeaveRequests(hold bool) { c.leavesHeld.Store(hold) }
+
+// HoldUpgradeCompletion keeps the simulated Kairos operator, while hold is true, from reporting
+// any node's upgrade done once the node is back from its reboot (it stays Running, cordoned), as
+// an operator slow to see the node back would: Cluster API's in-place update of that Machine
+// cannot end meanwhile. A test acts on the node in that moment without racing the update's end.
+func (c *Cluster) HoldUpgradeCompletion(hold bool) { c.upgradesHeld.Store(hold) }
 
 // Stop stops the cluster's API server and etcd and removes its files.
 func (c *Cluster) Stop() {

@@ -516,6 +516,13 @@ func (op *kairosOperator) upgradeNode(ctx context.Context, name string, spec nod
 			}
 		}
 	}
+	for op.c.upgradesHeld.Load() {
+		select {
+		case <-ctx.Done():
+			return NodeOpPhaseRunning, "Job completed, waiting for the node to come back from its reboot"
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 	if err := retryFor(ctx, 2*time.Minute, func() error { return op.c.setUnschedulable(ctx, name, false) }); err != nil {
 		return NodeOpPhaseFailed, "uncordoning the node: " + err.Error()
 	}
