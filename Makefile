@@ -87,6 +87,10 @@ build: ## Build the manager binaries into bin/ (GOWORK=off, as released).
 envtest-assets: ## Build kube-apiserver and etcd from source (cached per version) and print their folder.
 	@./hack/envtest-assets.sh
 
+.PHONY: capv-manager
+capv-manager: ## Build the vSphere provider's (CAPV) manager from source (cached per CAPV_VERSION, default v1.16.1) and print its path.
+	@./hack/capv-manager.sh
+
 # TEST_JSON_DIR, when set, keeps each module's `go test -json` stream there instead of printing
 # it (hack/test-times.sh reads them).
 TEST_JSON_DIR ?=
