@@ -16,6 +16,7 @@ require (
 	github.com/spf13/viper v1.21.0
 	github.com/stretchr/testify v1.12.1
 	github.com/twpayne/go-vfs/v5 v5.0.5
+	github.com/vmware/govmomi v0.53.0
 	go.uber.org/zap v1.28.0
 	golang.org/x/sys v0.48.0
 	gopkg.in/yaml.v3 v3.0.1
