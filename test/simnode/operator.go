@@ -519,7 +519,7 @@ func (op *kairosOperator) upgradeNode(ctx context.Context, name string, spec nod
 	for op.c.upgradesHeld.Load() {
 		select {
 		case <-ctx.Done():
-			return NodeOpPhaseRunning, "Job completed, waiting for the node to come back from its reboot"
+			return NodeOpPhaseRunning, "Job and reboot completed, the operator stopped before reporting the node done"
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
