@@ -126,13 +126,21 @@ func ratio(quota, period string) (float64, bool) {
 // catch a process that hangs, so it is generous.
 const envtestStartTimeout = 3 * time.Minute
 
-// WithStartTimeouts sets env's start and CRD timeouts to envtestStartTimeout unless set.
-func WithStartTimeouts(env *envtest.Environment) *envtest.Environment {
+// Tuned sets what every envtest API server of the suite shares: the start and CRD timeouts
+// (envtestStartTimeout, unless set), and no watch cache. Without its watch cache the API
+// server serves every read and watch from etcd directly, as the storage contract allows: the
+// same answers to each client, with lists always consistent. What it saves is CPU, which is what
+// make test's time goes to (issue 32): measured on the lifecycle package (AMD EPYC, 2 cores),
+// the management API server used 361 CPU-seconds instead of 392, and with the simulated
+// clusters' API servers without theirs too (simnode) the package took 1583 CPU-seconds instead of
+// 1814.
+func Tuned(env *envtest.Environment) *envtest.Environment {
 	if env.ControlPlaneStartTimeout == 0 {
 		env.ControlPlaneStartTimeout = envtestStartTimeout
 	}
 	if env.CRDInstallOptions.MaxTime == 0 {
 		env.CRDInstallOptions.MaxTime = envtestStartTimeout
 	}
+	env.ControlPlane.GetAPIServer().Configure().Set("watch-cache", "false")
 	return env
 }

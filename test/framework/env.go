@@ -181,7 +181,7 @@ func Start(o Options) (*Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := WithStartTimeouts(&envtest.Environment{
+	env := Tuned(&envtest.Environment{
 		BinaryAssetsDirectory: dir,
 		CRDs:                  o.CRDs,
 		ErrorIfCRDPathMissing: true,

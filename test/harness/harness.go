@@ -342,7 +342,7 @@ func (h *Harness) startEnv() error {
 	if err != nil {
 		return err
 	}
-	env := framework.WithStartTimeouts(&envtest.Environment{
+	env := framework.Tuned(&envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDs:                  crds,
 		ErrorIfCRDPathMissing: true,
