@@ -1,0 +1,368 @@
+package vsphere_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/viper"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctl "sigs.k8s.io/cluster-api/cmd/clusterctl/client"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/util/conditions"
+
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	cpsetup "github.com/kairos-capi/kairos-capi/controlplane/setup"
+	"github.com/kairos-capi/kairos-capi/release/repo"
+	"github.com/kairos-capi/kairos-capi/test/framework"
+	"github.com/kairos-capi/kairos-capi/test/harness"
+	"github.com/kairos-capi/kairos-capi/test/simnode"
+	"github.com/kairos-capi/kairos-capi/test/vsphere"
+)
+
+// kubernetesVersion is what the simulated Kairos images ship (test/simnode).
+const kubernetesVersion = "v1.36.3"
+
+// stack is a management cluster running Cluster API, both Kairos providers and CAPV's own
+// manager against a simulated vCenter whose VMs the guest bridge boots as Kairos nodes.
+type stack struct {
+	vc        *vsphere.VCSim
+	h         *harness.Harness
+	reg       *simnode.Registry
+	manager   *framework.Process
+	bridge    *vsphere.Bridge
+	templates string // the control-plane release's folder, with the cluster templates
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	if capvDir == "" || capvBinary == "" {
+		t.Fatal("CAPV's module folder and manager binary are unknown: TestMain sets them before it re-runs the tests in their network namespace")
+	}
+	ctx := context.Background()
+	s := &stack{}
+	var err error
+	if s.vc, err = vsphere.StartVCSim(ctx); err != nil {
+		t.Fatalf("vcsim: %v", err)
+	}
+	t.Cleanup(s.vc.Stop)
+
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cluster templates exactly as a release ships them, as clusterctl reads them.
+	rel, err := repo.Build(repo.Options{Root: root, Provider: repo.ControlPlane, Version: "v0.1.0"})
+	if err != nil {
+		t.Fatalf("building the control-plane release: %v", err)
+	}
+	if s.templates, err = rel.Write(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+
+	if s.reg, err = simnode.NewRegistry(simnode.Options{AddressPrefix: nodeAddressPrefix}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.reg.Close)
+	capvCRDs, err := vsphere.CRDFiles(capvDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpCRDs, err := framework.ProjectCRDFiles("controlplane")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.h, err = harness.New(harness.Options{
+		Registry:         s.reg,
+		ExtraCRDFiles:    append(capvCRDs, cpCRDs...),
+		ExtraWebhookDirs: []string{filepath.Join(root, "controlplane", "config", "webhook")},
+		AddToScheme:      []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
+		Setup: []harness.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
+			c, err := harness.ProviderClient(mgr)
+			if err != nil {
+				return err
+			}
+			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, EtcdHealthInterval: 5 * time.Second, Client: c})
+		}},
+	})
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	t.Cleanup(func() { _ = s.h.Stop() })
+
+	logDir := t.TempDir()
+	if s.manager, err = vsphere.StartManager(ctx, s.h, vsphere.ManagerOptions{CAPVDir: capvDir, Binary: capvBinary, LogDir: logDir}, s.vc); err != nil {
+		t.Fatalf("CAPV's manager: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("CAPV's manager, last lines:\n%s", tail(s.manager.Output(), 40))
+		}
+		_ = s.manager.Stop(10 * time.Second)
+	})
+
+	if s.bridge, err = vsphere.StartBridge(ctx, vsphere.BridgeOptions{VCSim: s.vc, Registry: s.reg, Client: s.h.Client, Logger: framework.Logger()}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("guest bridge:\n%s", strings.Join(s.bridge.Events(), "\n"))
+		}
+		s.bridge.Stop()
+	})
+	return s
+}
+
+// render runs `clusterctl generate cluster` on a flavor of the release with exactly these
+// variables set, as a user does (environment variables), and returns its objects.
+func (s *stack) render(t *testing.T, flavor string, values map[string]string) []unstructured.Unstructured {
+	t.Helper()
+	viper.Reset() // clusterctl keeps variables in viper's global instance
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	for k, v := range values {
+		t.Setenv(k, v)
+	}
+	cfg := filepath.Join(t.TempDir(), "clusterctl.yaml")
+	if err := os.WriteFile(cfg, []byte("providers: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := clusterctl.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := c.GetClusterTemplate(context.Background(), clusterctl.GetClusterTemplateOptions{
+		ClusterName:       values["CLUSTER_NAME"],
+		TargetNamespace:   values["NAMESPACE"],
+		KubernetesVersion: values["KUBERNETES_VERSION"],
+		URLSource:         &clusterctl.URLSourceOptions{URL: filepath.Join(s.templates, repo.TemplateFileName(flavor))},
+	})
+	if err != nil {
+		t.Fatalf("clusterctl generate cluster --flavor %s: %v", flavor, err)
+	}
+	return tpl.Objs()
+}
+
+// TestVSphereFlavorOnCAPV: the shipped vSphere flavor, rendered as a user does, creates a
+// single-node Kairos control plane through CAPV's own controllers on vcsim: CAPV clones the
+// template and powers the VM on, the guest bridge boots the VM's guestinfo as a Kairos node and
+// reports its address through vcsim, CAPV marks the VSphereMachine provisioned with
+// vsphere://<BIOS UUID>, the Node carries that provider ID, the KairosControlPlane becomes
+// Available and its endpoint is the control-plane VIP, held by the node.
+func TestVSphereFlavorOnCAPV(t *testing.T) {
+	s := startStack(t)
+	for i, dist := range []string{"k0s", "k3s"} {
+		t.Run(dist, func(t *testing.T) {
+			vip := fmt.Sprintf("198.18.0.%d", 100+i)
+			s.singleNodeControlPlane(t, dist, vip)
+		})
+	}
+}
+
+func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string) {
+	ctx := context.Background()
+	c := s.h.Client
+	start := time.Now()
+	ns, name := "capv-"+dist, "kairos-"+dist
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	objs := s.render(t, "vsphere", map[string]string{
+		"CLUSTER_NAME":                name,
+		"NAMESPACE":                   ns,
+		"KUBERNETES_VERSION":          kubernetesVersion,
+		"KAIROS_DISTRIBUTION":         dist,
+		"KAIROS_USER_PASSWORD":        "kairos-on-capv",
+		"CONTROL_PLANE_MACHINE_COUNT": "1",
+		"WORKER_MACHINE_COUNT":        "0",
+		"CONTROL_PLANE_ENDPOINT_IP":   vip,
+		"VSPHERE_SERVER":              s.vc.Host,
+		"VSPHERE_TLS_THUMBPRINT":      s.vc.Thumbprint,
+		"VSPHERE_DATACENTER":          vsphere.Datacenter,
+		"VSPHERE_DATASTORE":           vsphere.Datastore,
+		"VSPHERE_FOLDER":              vsphere.Folder,
+		"VSPHERE_RESOURCE_POOL":       vsphere.ResourcePool,
+		"VSPHERE_NETWORK":             vsphere.Network,
+		"VSPHERE_TEMPLATE":            vsphere.TemplateName,
+	})
+	var kinds []string
+	for i := range objs {
+		kinds = append(kinds, objs[i].GetKind()+"/"+objs[i].GetName())
+		if err := c.Create(ctx, &objs[i]); err != nil {
+			t.Fatalf("creating %s %s: %v", objs[i].GetKind(), objs[i].GetName(), err)
+		}
+	}
+	t.Logf("applied the rendered vSphere flavor (%s): %s", dist, strings.Join(kinds, ", "))
+
+	kcp := &controlplanev1.KairosControlPlane{}
+	cluster := &clusterv1.Cluster{}
+	var machine *clusterv1.Machine
+	var guest vsphere.GuestStatus
+	last := ""
+	deadline := time.Now().Add(6 * time.Minute)
+	for {
+		if exited, err := s.manager.Exited(); exited {
+			t.Fatalf("CAPV's manager exited: %v", err)
+		}
+		state, done, err := s.observe(ctx, ns, name, cluster, kcp, &machine, &guest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if state != last {
+			t.Logf("%5.1fs %s", time.Since(start).Seconds(), state)
+			last = state
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the control plane is not Available after 6m; last: %s", state)
+		}
+		time.Sleep(time.Second)
+	}
+
+	// What is proven, checked once more, explicitly.
+	wantID := "vsphere://" + guest.UUID
+	if machine.Spec.ProviderID != wantID {
+		t.Errorf("Machine provider ID %q, want %q (CAPV's spelling of the VM's BIOS UUID)", machine.Spec.ProviderID, wantID)
+	}
+	vm := &unstructured.Unstructured{}
+	vm.SetGroupVersionKind(vsphere.VSphereVMGVK.GroupVersion().WithKind("VSphereMachine"))
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine.Spec.InfrastructureRef.Name}, vm); err != nil {
+		t.Fatal(err)
+	}
+	if id, _, _ := unstructured.NestedString(vm.Object, "spec", "providerID"); id != wantID {
+		t.Errorf("VSphereMachine provider ID %q, want %q", id, wantID)
+	}
+	addrs, _, _ := unstructured.NestedSlice(vm.Object, "status", "addresses")
+	if !strings.Contains(fmt.Sprint(addrs), guest.Node.IP()) {
+		t.Errorf("VSphereMachine addresses %v lack the address the guest reported, %s", addrs, guest.Node.IP())
+	}
+	wc := s.reg.Cluster(cluster.Spec.ControlPlaneEndpoint.Host + ":" + fmt.Sprint(cluster.Spec.ControlPlaneEndpoint.Port))
+	if wc == nil {
+		t.Fatalf("no workload cluster runs at the Cluster's endpoint %v", cluster.Spec.ControlPlaneEndpoint)
+	}
+	node := &corev1.Node{}
+	if err := wc.AdminClient().Get(ctx, client.ObjectKey{Name: machine.Status.NodeRef.Name}, node); err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.ProviderID != wantID {
+		t.Errorf("Node %s provider ID %q, want %q", node.Name, node.Spec.ProviderID, wantID)
+	}
+	if node.Status.NodeInfo.SystemUUID != guest.UUID {
+		t.Errorf("Node %s systemUUID %q, want the VM's BIOS UUID %s", node.Name, node.Status.NodeInfo.SystemUUID, guest.UUID)
+	}
+	if node.Name != guest.MetadataHostname {
+		t.Errorf("Node %s, but CAPV's metadata names the VM %q (CAPV deletes the Node of that name with the VM)", node.Name, guest.MetadataHostname)
+	}
+	if cluster.Spec.ControlPlaneEndpoint.Host != vip {
+		t.Errorf("Cluster endpoint %v, want the VIP %s", cluster.Spec.ControlPlaneEndpoint, vip)
+	}
+	if h := wc.VIPHolder(); h == nil || h != guest.Node {
+		t.Errorf("the VIP %s is held by %v, want the control-plane node %v", vip, h, guest.Node)
+	}
+	meta, err := guest.Node.ReadFile(vsphere.MetadataPath)
+	if err != nil || !strings.Contains(string(meta), "local-hostname: \""+guest.MetadataHostname+"\"") {
+		t.Errorf("the node's %s (%v):\n%s", vsphere.MetadataPath, err, meta)
+	}
+	t.Logf("%s: the vSphere flavor's control plane is Available through CAPV after %s: VM %s (BIOS UUID %s, MAC %s) at %s, Node %s with %s, endpoint %s held by it",
+		dist, time.Since(start).Round(time.Second), machine.Spec.InfrastructureRef.Name, guest.UUID, guest.MAC, guest.Node.IP(), node.Name, node.Spec.ProviderID, vip)
+	for _, want := range []string{"Applied bootstrap data to VM clone spec", "VSphereVM is ready", "Updating providerID on VSphereMachine"} {
+		if !strings.Contains(s.manager.Output(), want) {
+			t.Errorf("CAPV's manager never logged %q", want)
+		}
+	}
+}
+
+// observe reads the control plane's state once and says whether it is done: the one Machine has
+// its provider ID and node, the node runs, the KairosControlPlane is Available.
+func (s *stack) observe(ctx context.Context, ns, name string, cluster *clusterv1.Cluster, kcp *controlplanev1.KairosControlPlane, machine **clusterv1.Machine, guest *vsphere.GuestStatus) (string, bool, error) {
+	c := s.h.Client
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cluster); err != nil {
+		return "", false, err
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-control-plane"}, kcp); err != nil {
+		return "", false, err
+	}
+	machines := &clusterv1.MachineList{}
+	if err := c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.MachineControlPlaneLabel: ""}); err != nil {
+		return "", false, err
+	}
+	parts := []string{fmt.Sprintf("KCP Available=%s", condition(kcp, controlplanev1.AvailableCondition))}
+	var m *clusterv1.Machine
+	if len(machines.Items) == 1 {
+		m = &machines.Items[0]
+	}
+	*machine = m
+	if m == nil {
+		parts = append(parts, fmt.Sprintf("%d control-plane Machines", len(machines.Items)))
+		return strings.Join(parts, "; "), false, nil
+	}
+	parts = append(parts, fmt.Sprintf("Machine %s providerID=%q nodeRef=%q phase=%s", m.Name, m.Spec.ProviderID, m.Status.NodeRef.Name, m.Status.Phase))
+	vmName := m.Spec.InfrastructureRef.Name
+	vsm := &unstructured.Unstructured{}
+	vsm.SetGroupVersionKind(vsphere.VSphereVMGVK.GroupVersion().WithKind("VSphereMachine"))
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: vmName}, vsm); err == nil {
+		p, _, _ := unstructured.NestedBool(vsm.Object, "status", "initialization", "provisioned")
+		parts = append(parts, fmt.Sprintf("VSphereMachine provisioned=%v [%s]", p, conditionSummary(vsm)))
+	}
+	g, ok := s.bridge.Guest(vmName)
+	*guest = g
+	switch {
+	case !ok:
+		parts = append(parts, "VM not powered on")
+	case g.Refused != nil:
+		return "", false, fmt.Errorf("the guest of VM %s runs no node: %v", vmName, g.Refused)
+	case g.Node != nil:
+		st := g.Node.Status()
+		if st.Phase == simnode.PhaseRefused {
+			return "", false, fmt.Errorf("the Kairos node of VM %s refused to start: %s: %s", vmName, st.Reason, st.Message)
+		}
+		parts = append(parts, fmt.Sprintf("node %s %s/%s reported=%q", st.NodeName, st.Phase, st.Reason, g.ReportedIP))
+	}
+	done := ok && g.Node != nil && g.Node.Status().Phase == simnode.PhaseRunning &&
+		m.Spec.ProviderID != "" && m.Status.NodeRef.IsDefined() && conditions.IsTrue(kcp, controlplanev1.AvailableCondition)
+	return strings.Join(parts, "; "), done, nil
+}
+
+func condition(obj conditions.Getter, t string) string {
+	c := conditions.Get(obj, t)
+	if c == nil {
+		return "unset"
+	}
+	if c.Reason != "" {
+		return fmt.Sprintf("%s(%s)", c.Status, c.Reason)
+	}
+	return string(c.Status)
+}
+
+func conditionSummary(u *unstructured.Unstructured) string {
+	list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var parts []string
+	for _, item := range list {
+		m, _ := item.(map[string]any)
+		parts = append(parts, fmt.Sprintf("%v=%v(%v)", m["type"], m["status"], m["reason"]))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+func tail(out string, n int) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
