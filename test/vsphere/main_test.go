@@ -22,12 +22,17 @@ const (
 	nodeAddressPrefix = "198.19"
 	controlPlaneVIP   = "198.18.0.100"
 	localRange        = "198.18.0.0/15"
+	// hostAddress is the namespace's own address, on its loopback, with the default route:
+	// kube-apiserver picks its advertise address from the default route's interface and will
+	// not start without one (k8s.io/apimachinery/pkg/util/net ChooseHostInterface). The
+	// namespace has no other interface, so nothing routed there can leave the machine.
+	hostAddress = "198.18.255.254"
 )
 
 var capvDir, capvBinary string
 
 // TestMain re-runs the test binary inside a new network namespace (as root: unshare -n) whose
-// loopback routes 198.18.0.0/15 locally. Everything the tests start (the management API
+// loopback routes 198.18.0.0/15 locally and is its only interface. Everything the tests start (the management API
 // server, vcsim, CAPV's manager, the workload clusters) runs in there. CAPV's module and
 // manager binary are found (or built, hack/capv-manager.sh) before, outside: the namespace has
 // no route to the module proxy.
@@ -56,7 +61,8 @@ func reexecInNetns() int {
 		return 1
 	}
 	args := append([]string{"--net", "--", "/bin/sh", "-c",
-		"ip link set lo up && ip route add local " + localRange + " dev lo && exec \"$@\"", "sh", exe}, os.Args[1:]...)
+		"ip link set lo up && ip route add local " + localRange + " dev lo && ip addr add " + hostAddress + "/32 dev lo && ip route add default dev lo && exec \"$@\"",
+		"sh", exe}, os.Args[1:]...)
 	cmd := exec.Command("unshare", args...)
 	cmd.Env = append(os.Environ(), netnsEnv+"=1", capvDirEnv+"="+dir, capvBinaryEnv+"="+bin)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
