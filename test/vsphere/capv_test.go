@@ -169,6 +169,7 @@ func TestVSphereFlavorOnCAPV(t *testing.T) {
 			s.singleNodeControlPlane(t, dist, vip)
 		})
 	}
+	t.Run("user data the guest cannot decode", s.undecodableUserData)
 }
 
 func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string) {
@@ -284,7 +285,111 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string) {
 			t.Errorf("CAPV's manager never logged %q", want)
 		}
 	}
+	// The control plane's etcd health reached the member at the address vcsim reported: the
+	// Machine's addresses are CAPV's copy of the VM's guest.net.
+	if !strings.Contains(fmt.Sprint(machine.Status.Addresses), guest.Node.IP()) {
+		t.Errorf("Machine addresses %v lack the guest's %s", machine.Status.Addresses, guest.Node.IP())
+	}
+	if t.Failed() {
+		return
+	}
+
+	// Deleting the Cluster: CAPV powers the VM off and destroys it in vcsim, and with it goes
+	// the node.
+	vmName := machine.Spec.InfrastructureRef.Name
+	if err := c.Delete(ctx, cluster); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	framework.Eventually(t, 4*time.Minute, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cluster), &clusterv1.Cluster{}); err == nil {
+			return fmt.Errorf("the Cluster still exists")
+		} else if client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		if _, on := s.bridge.Guest(vmName); on {
+			return fmt.Errorf("VM %s is still powered on", vmName)
+		}
+		if vm, _, err := s.vc.VM(ctx, vmName); err != nil || vm != nil {
+			return fmt.Errorf("VM %s still exists in vcsim (%v)", vmName, err)
+		}
+		if st := guest.Node.Status(); st.Phase != simnode.PhaseStopped {
+			return fmt.Errorf("the node of VM %s is %s", vmName, st.Phase)
+		}
+		return nil
+	})
+	t.Logf("%s: Cluster deleted after %s: CAPV destroyed VM %s in vcsim and its node stopped", dist, time.Since(start).Round(time.Second), vmName)
 }
+
+// undecodableUserData: a Machine whose bootstrap Secret is not cloud-config (format ignition)
+// gets no guestinfo.userdata from CAPV; the VM's Kairos datasource finds no user data it can
+// read, boots without Kubernetes and reports nothing, and CAPV waits for an address with a
+// reason one can read.
+func (s *stack) undecodableUserData(t *testing.T) {
+	ctx := context.Background()
+	c := s.h.Client
+	const ns, name = "capv-refusal", "refusal"
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	objs := []client.Object{
+		&unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "VSphereCluster",
+			"metadata": map[string]any{"name": name, "namespace": ns},
+			"spec": map[string]any{"server": s.vc.Host, "thumbprint": s.vc.Thumbprint,
+				"controlPlaneEndpoint": map[string]any{"host": "198.18.0.110", "port": int64(6443)}},
+		}},
+		&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "VSphereCluster", Name: name}}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-bootstrap", Namespace: ns,
+			Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
+			Type: clusterv1.ClusterSecretType,
+			Data: map[string][]byte{"value": []byte(`{"ignition":{"version":"3.4.0"}}`), "format": []byte("ignition")}},
+		&unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "VSphereMachine",
+			"metadata": map[string]any{"name": name + "-0", "namespace": ns},
+			"spec": map[string]any{"template": vsphere.TemplateName, "datacenter": vsphere.Datacenter, "datastore": vsphere.Datastore,
+				"folder": vsphere.Folder, "resourcePool": vsphere.ResourcePool, "cloneMode": "fullClone", "numCPUs": int64(2), "memoryMiB": int64(2048),
+				"network": map[string]any{"devices": []any{map[string]any{"networkName": vsphere.Network, "dhcp4": true}}}},
+		}},
+		&clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name + "-0", Namespace: ns, Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
+			Spec: clusterv1.MachineSpec{ClusterName: name, Bootstrap: clusterv1.Bootstrap{DataSecretName: ptrTo(name + "-bootstrap")},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "VSphereMachine", Name: name + "-0"}}},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+		}
+	}
+	var g vsphere.GuestStatus
+	framework.Eventually(t, 3*time.Minute, func() error {
+		var on bool
+		if g, on = s.bridge.Guest(name + "-0"); !on {
+			return fmt.Errorf("VM %s-0 is not powered on yet", name)
+		}
+		return nil
+	})
+	if g.Refused == nil || g.Node != nil || !strings.Contains(g.Refused.Error(), "has no guestinfo.userdata.encoding key") {
+		t.Fatalf("the guest of a VM with ignition data: node %v, refused %v; want no node, refused for want of guestinfo.userdata", g.Node, g.Refused)
+	}
+	t.Logf("the guest refused: %v", g.Refused)
+	// CAPV keeps waiting for an address: the VSphereMachine is not provisioned.
+	vsm := &unstructured.Unstructured{}
+	vsm.SetGroupVersionKind(vsphere.VSphereVMGVK.GroupVersion().WithKind("VSphereMachine"))
+	framework.Consistently(t, 15*time.Second, func() error {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-0"}, vsm); err != nil {
+			return err
+		}
+		if p, _, _ := unstructured.NestedBool(vsm.Object, "status", "initialization", "provisioned"); p {
+			return fmt.Errorf("the VSphereMachine is provisioned although its guest reported no address: %s", conditionSummary(vsm))
+		}
+		return nil
+	})
+	t.Logf("CAPV waits: VSphereMachine %s conditions [%s]", vsm.GetName(), conditionSummary(vsm))
+}
+
+func ptrTo[T any](v T) *T { return &v }
 
 // observe reads the control plane's state once and says whether it is done: the one Machine has
 // its provider ID and node, the node runs, the KairosControlPlane is Available.
@@ -332,8 +437,11 @@ func (s *stack) observe(ctx context.Context, ns, name string, cluster *clusterv1
 		}
 		parts = append(parts, fmt.Sprintf("node %s %s/%s reported=%q", st.NodeName, st.Phase, st.Reason, g.ReportedIP))
 	}
+	parts = append(parts, fmt.Sprintf("Machine EtcdMemberHealthy=%s KCP EtcdClusterHealthy=%s",
+		condition(m, controlplanev1.MachineEtcdMemberHealthyCondition), condition(kcp, controlplanev1.EtcdClusterHealthyCondition)))
 	done := ok && g.Node != nil && g.Node.Status().Phase == simnode.PhaseRunning &&
-		m.Spec.ProviderID != "" && m.Status.NodeRef.IsDefined() && conditions.IsTrue(kcp, controlplanev1.AvailableCondition)
+		m.Spec.ProviderID != "" && m.Status.NodeRef.IsDefined() && conditions.IsTrue(kcp, controlplanev1.AvailableCondition) &&
+		conditions.IsTrue(m, controlplanev1.MachineEtcdMemberHealthyCondition) && conditions.IsTrue(kcp, controlplanev1.EtcdClusterHealthyCondition)
 	return strings.Join(parts, "; "), done, nil
 }
 
