@@ -166,13 +166,14 @@ func TestVSphereFlavorOnCAPV(t *testing.T) {
 	for i, dist := range []string{"k0s", "k3s"} {
 		t.Run(dist, func(t *testing.T) {
 			vip := fmt.Sprintf("198.18.0.%d", 100+i)
-			s.singleNodeControlPlane(t, dist, vip)
+			// k0s ends with the Cluster's deletion, k3s with its VM powered off in vCenter.
+			s.singleNodeControlPlane(t, dist, vip, dist == "k3s")
 		})
 	}
 	t.Run("user data the guest cannot decode", s.undecodableUserData)
 }
 
-func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string) {
+func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff bool) {
 	ctx := context.Background()
 	c := s.h.Client
 	start := time.Now()
@@ -294,9 +295,14 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string) {
 		return
 	}
 
+	vmName := machine.Spec.InfrastructureRef.Name
+	if powerOff {
+		s.powerOffInVCenter(t, cluster, vmName, guest.Node)
+		return
+	}
+
 	// Deleting the Cluster: CAPV powers the VM off and destroys it in vcsim, and with it goes
 	// the node.
-	vmName := machine.Spec.InfrastructureRef.Name
 	if err := c.Delete(ctx, cluster); err != nil {
 		t.Fatal(err)
 	}
@@ -319,6 +325,40 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string) {
 		return nil
 	})
 	t.Logf("%s: Cluster deleted after %s: CAPV destroyed VM %s in vcsim and its node stopped", dist, time.Since(start).Round(time.Second), vmName)
+}
+
+// powerOffInVCenter powers a VM off as a vCenter user would, with the Cluster paused so that
+// CAPV does not power it on again (CAPV/pkg/services/govmomi/service.go ReconcileVM powers on
+// any VM it finds off): the node goes with the power.
+func (s *stack) powerOffInVCenter(t *testing.T, cluster *clusterv1.Cluster, vmName string, node *simnode.Node) {
+	ctx := context.Background()
+	patch := client.MergeFrom(cluster.DeepCopy())
+	cluster.Spec.Paused = ptrTo(true)
+	if err := s.h.Client.Patch(ctx, cluster, patch); err != nil {
+		t.Fatal(err)
+	}
+	vm, _, err := s.vc.VM(ctx, vmName)
+	if err != nil || vm == nil {
+		t.Fatalf("VM %s in vcsim: %v", vmName, err)
+	}
+	task, err := vm.PowerOff(ctx)
+	if err == nil {
+		err = task.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("powering VM %s off: %v", vmName, err)
+	}
+	start := time.Now()
+	framework.Eventually(t, time.Minute, func() error {
+		if _, on := s.bridge.Guest(vmName); on {
+			return fmt.Errorf("the bridge still plays VM %s", vmName)
+		}
+		if st := node.Status(); st.Phase != simnode.PhaseStopped {
+			return fmt.Errorf("the node of VM %s is %s", vmName, st.Phase)
+		}
+		return nil
+	})
+	t.Logf("VM %s powered off in vcsim: its node stopped after %s", vmName, time.Since(start).Round(100*time.Millisecond))
 }
 
 // undecodableUserData: a Machine whose bootstrap Secret is not cloud-config (format ignition)

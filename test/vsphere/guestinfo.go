@@ -71,7 +71,12 @@ func decodeGuestinfo(extra map[string]string, key string) ([]byte, error) {
 		return data, nil
 	default:
 		if !ok {
-			return nil, fmt.Errorf("%s has no %s key: Kairos' VMware datasource decodes only the encodings \" \", base64 and gzip+base64 and reads an absent one as unknown", key, key+encodingSuffix)
+			why := ""
+			if _, ignition := extra["guestinfo.ignition.config.data"]; ignition && key == guestinfoUserData {
+				// CAPV/pkg/services/govmomi/extra/config.go SetIgnitionUserData.
+				why = " (CAPV wrote the bootstrap data to guestinfo.ignition.config.data: the bootstrap Secret's format is ignition, which Kairos does not read)"
+			}
+			return nil, fmt.Errorf("%s has no %s key%s: Kairos' VMware datasource decodes only the encodings \" \", base64 and gzip+base64 and reads an absent one as unknown", key, key+encodingSuffix, why)
 		}
 		return nil, fmt.Errorf("%s%s is %q: Kairos' VMware datasource decodes only \" \", base64 and gzip+base64", key, encodingSuffix, enc)
 	}
