@@ -188,7 +188,7 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 		"KAIROS_DISTRIBUTION":         dist,
 		"KAIROS_USER_PASSWORD":        "kairos-on-capv",
 		"CONTROL_PLANE_MACHINE_COUNT": "1",
-		"WORKER_MACHINE_COUNT":        "0",
+		"WORKER_MACHINE_COUNT":        "1",
 		"CONTROL_PLANE_ENDPOINT_IP":   vip,
 		"VSPHERE_SERVER":              s.vc.Host,
 		"VSPHERE_TLS_THUMBPRINT":      s.vc.Thumbprint,
@@ -295,6 +295,42 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 		return
 	}
 
+	// The MachineDeployment's worker: its own VM from the flavor's md-0 VSphereMachineTemplate,
+	// joining the cluster through the VIP.
+	start = time.Now()
+	var worker *clusterv1.Machine
+	var workerGuest vsphere.GuestStatus
+	framework.Eventually(t, 5*time.Minute, func() error {
+		list := &clusterv1.MachineList{}
+		if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: name + "-md-0"}); err != nil {
+			return err
+		}
+		if len(list.Items) != 1 {
+			return fmt.Errorf("%d worker Machines, want 1", len(list.Items))
+		}
+		worker = &list.Items[0]
+		var on bool
+		if workerGuest, on = s.bridge.Guest(worker.Spec.InfrastructureRef.Name); !on || workerGuest.Node == nil {
+			return fmt.Errorf("worker VM %s: powered on %v, guest %+v", worker.Spec.InfrastructureRef.Name, on, workerGuest)
+		}
+		if st := workerGuest.Node.Status(); st.Phase == simnode.PhaseRefused {
+			t.Fatalf("the worker's node refused: %s: %s", st.Reason, st.Message)
+		}
+		if !worker.Status.NodeRef.IsDefined() || worker.Spec.ProviderID != "vsphere://"+workerGuest.UUID {
+			return fmt.Errorf("worker Machine %s: providerID %q nodeRef %q phase %s; node %s", worker.Name, worker.Spec.ProviderID, worker.Status.NodeRef.Name, worker.Status.Phase, workerGuest.Node)
+		}
+		n := &corev1.Node{}
+		if err := wc.AdminClient().Get(ctx, client.ObjectKey{Name: worker.Status.NodeRef.Name}, n); err != nil {
+			return err
+		}
+		if n.Spec.ProviderID != worker.Spec.ProviderID {
+			return fmt.Errorf("worker Node %s provider ID %q, Machine %q", n.Name, n.Spec.ProviderID, worker.Spec.ProviderID)
+		}
+		return nil
+	})
+	t.Logf("%s: worker Machine %s joined after %s: VM %s at %s, Node %s with %s", dist, worker.Name, time.Since(start).Round(time.Second),
+		worker.Spec.InfrastructureRef.Name, workerGuest.Node.IP(), worker.Status.NodeRef.Name, worker.Spec.ProviderID)
+
 	vmName := machine.Spec.InfrastructureRef.Name
 	if powerOff {
 		s.powerOffInVCenter(t, cluster, vmName, guest.Node)
@@ -313,18 +349,20 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 		} else if client.IgnoreNotFound(err) != nil {
 			return err
 		}
-		if _, on := s.bridge.Guest(vmName); on {
-			return fmt.Errorf("VM %s is still powered on", vmName)
-		}
-		if vm, _, err := s.vc.VM(ctx, vmName); err != nil || vm != nil {
-			return fmt.Errorf("VM %s still exists in vcsim (%v)", vmName, err)
-		}
-		if st := guest.Node.Status(); st.Phase != simnode.PhaseStopped {
-			return fmt.Errorf("the node of VM %s is %s", vmName, st.Phase)
+		for vmName, node := range map[string]*simnode.Node{vmName: guest.Node, worker.Spec.InfrastructureRef.Name: workerGuest.Node} {
+			if _, on := s.bridge.Guest(vmName); on {
+				return fmt.Errorf("VM %s is still powered on", vmName)
+			}
+			if vm, _, err := s.vc.VM(ctx, vmName); err != nil || vm != nil {
+				return fmt.Errorf("VM %s still exists in vcsim (%v)", vmName, err)
+			}
+			if st := node.Status(); st.Phase != simnode.PhaseStopped {
+				return fmt.Errorf("the node of VM %s is %s", vmName, st.Phase)
+			}
 		}
 		return nil
 	})
-	t.Logf("%s: Cluster deleted after %s: CAPV destroyed VM %s in vcsim and its node stopped", dist, time.Since(start).Round(time.Second), vmName)
+	t.Logf("%s: Cluster deleted after %s: CAPV destroyed VMs %s and %s in vcsim and their nodes stopped", dist, time.Since(start).Round(time.Second), vmName, worker.Spec.InfrastructureRef.Name)
 }
 
 // powerOffInVCenter powers a VM off as a vCenter user would, with the Cluster paused so that
