@@ -279,6 +279,9 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 	if err != nil || !strings.Contains(string(meta), "local-hostname: \""+guest.MetadataHostname+"\"") {
 		t.Errorf("the node's %s (%v):\n%s", vsphere.MetadataPath, err, meta)
 	}
+	if f := guest.Node.BootFailures(); len(f) > 0 {
+		t.Logf("%s: the control-plane node retried %d times before it ran: %q", dist, len(f), f)
+	}
 	t.Logf("%s: the vSphere flavor's control plane is Available through CAPV after %s: VM %s (BIOS UUID %s, MAC %s) at %s, Node %s with %s, endpoint %s held by it",
 		dist, time.Since(start).Round(time.Second), machine.Spec.InfrastructureRef.Name, guest.UUID, guest.MAC, guest.Node.IP(), node.Name, node.Spec.ProviderID, vip)
 	for _, want := range []string{"Applied bootstrap data to VM clone spec", "VSphereVM is ready", "Updating providerID on VSphereMachine"} {
