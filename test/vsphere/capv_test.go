@@ -334,6 +334,8 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 	t.Logf("%s: worker Machine %s joined after %s: VM %s at %s, Node %s with %s", dist, worker.Name, time.Since(start).Round(time.Second),
 		worker.Spec.InfrastructureRef.Name, workerGuest.Node.IP(), worker.Status.NodeRef.Name, worker.Spec.ProviderID)
 
+	s.scaleControlPlane(t, ns, name, kcp, 3)
+
 	vmName := machine.Spec.InfrastructureRef.Name
 	if powerOff {
 		s.powerOffInVCenter(t, cluster, vmName, guest.Node)
@@ -352,20 +354,85 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 		} else if client.IgnoreNotFound(err) != nil {
 			return err
 		}
-		for vmName, node := range map[string]*simnode.Node{vmName: guest.Node, worker.Spec.InfrastructureRef.Name: workerGuest.Node} {
-			if _, on := s.bridge.Guest(vmName); on {
-				return fmt.Errorf("VM %s is still powered on", vmName)
+		// Every VM of the cluster is gone from vcsim, every node of the cluster stopped.
+		vms, err := s.vc.Finder.VirtualMachineList(ctx, name+"-*")
+		if err != nil && !strings.Contains(err.Error(), "not found") {
+			return err
+		}
+		if len(vms) > 0 {
+			return fmt.Errorf("%d VMs of the cluster still exist in vcsim: %v", len(vms), vms)
+		}
+		nodes := s.reg.NodesOf(wc.Endpoint())
+		for _, n := range nodes {
+			if st := n.Status(); st.Phase != simnode.PhaseStopped {
+				return fmt.Errorf("%s is %s", n, st.Phase)
 			}
-			if vm, _, err := s.vc.VM(ctx, vmName); err != nil || vm != nil {
-				return fmt.Errorf("VM %s still exists in vcsim (%v)", vmName, err)
-			}
-			if st := node.Status(); st.Phase != simnode.PhaseStopped {
-				return fmt.Errorf("the node of VM %s is %s", vmName, st.Phase)
-			}
+		}
+		if len(nodes) != 4 {
+			return fmt.Errorf("%d nodes ran for the cluster, want 4 (3 control-plane, 1 worker)", len(nodes))
 		}
 		return nil
 	})
-	t.Logf("%s: Cluster deleted after %s: CAPV destroyed VMs %s and %s in vcsim and their nodes stopped", dist, time.Since(start).Round(time.Second), vmName, worker.Spec.InfrastructureRef.Name)
+	t.Logf("%s: Cluster deleted after %s: CAPV destroyed its 4 VMs in vcsim and their nodes stopped", dist, time.Since(start).Round(time.Second))
+}
+
+// scaleControlPlane scales the KairosControlPlane to replicas through CAPV: each new Machine's
+// VM is cloned and powered on by CAPV, its node joins etcd and the cluster through the VIP, and
+// the control plane is Available with every member healthy at the address its VM reported.
+func (s *stack) scaleControlPlane(t *testing.T, ns, name string, kcp *controlplanev1.KairosControlPlane, replicas int32) {
+	ctx := context.Background()
+	c := s.h.Client
+	start := time.Now()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(kcp), kcp); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(kcp.DeepCopy())
+	kcp.Spec.Replicas = ptrTo(replicas)
+	if err := c.Patch(ctx, kcp, patch); err != nil {
+		t.Fatalf("scaling the KairosControlPlane to %d: %v", replicas, err)
+	}
+	last := ""
+	framework.Eventually(t, 10*time.Minute, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(kcp), kcp); err != nil {
+			return err
+		}
+		machines := &clusterv1.MachineList{}
+		if err := c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.MachineControlPlaneLabel: "", clusterv1.ClusterNameLabel: name}); err != nil {
+			return err
+		}
+		var parts []string
+		ready := 0
+		for i := range machines.Items {
+			m := &machines.Items[i]
+			g, _ := s.bridge.Guest(m.Spec.InfrastructureRef.Name)
+			node := "no node"
+			if g.Node != nil {
+				st := g.Node.Status()
+				if st.Phase == simnode.PhaseRefused {
+					t.Fatalf("the node of VM %s refused: %s: %s", m.Spec.InfrastructureRef.Name, st.Reason, st.Message)
+				}
+				node = fmt.Sprintf("%s/%s", st.Phase, st.Reason)
+			}
+			parts = append(parts, fmt.Sprintf("%s: providerID=%q nodeRef=%q etcd=%s node=%s", m.Name, m.Spec.ProviderID, m.Status.NodeRef.Name,
+				condition(m, controlplanev1.MachineEtcdMemberHealthyCondition), node))
+			if g.Node != nil && m.Spec.ProviderID == "vsphere://"+g.UUID && m.Status.NodeRef.IsDefined() && conditions.IsTrue(m, controlplanev1.MachineEtcdMemberHealthyCondition) {
+				ready++
+			}
+		}
+		sort.Strings(parts)
+		state := fmt.Sprintf("KCP Available=%s EtcdClusterHealthy=%s; %s", condition(kcp, controlplanev1.AvailableCondition),
+			condition(kcp, controlplanev1.EtcdClusterHealthyCondition), strings.Join(parts, "; "))
+		if state != last {
+			t.Logf("%5.1fs scaling to %d: %s", time.Since(start).Seconds(), replicas, state)
+			last = state
+		}
+		if ready != int(replicas) || len(machines.Items) != int(replicas) || !conditions.IsTrue(kcp, controlplanev1.AvailableCondition) ||
+			!conditions.IsTrue(kcp, controlplanev1.EtcdClusterHealthyCondition) {
+			return fmt.Errorf("%d of %d control-plane Machines ready: %s", ready, replicas, state)
+		}
+		return nil
+	})
+	t.Logf("the control plane scaled to %d through CAPV in %s", replicas, time.Since(start).Round(time.Second))
 }
 
 // powerOffInVCenter powers a VM off as a vCenter user would, with the Cluster paused so that
