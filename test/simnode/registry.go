@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/go-logr/logr"
@@ -33,6 +34,12 @@ type Options struct {
 	Dir string
 	// Logger receives what nodes and clusters do. Default: framework.Logger().
 	Logger *logr.Logger
+	// AddressPrefix is the first two octets of the nodes' addresses ("198.19": the nodes get
+	// 198.19.0.1, 198.19.0.2, ...). Default: 127.<random>, loopback addresses. A provider that
+	// drops loopback addresses (CAPV: CAPV/pkg/services/govmomi/util.go sanitizeIPAddrs)
+	// needs addresses of a range the test routes locally, inside a network namespace of its
+	// own (test/vsphere: 198.18.0.0/15, the benchmarking range); nothing else may route there.
+	AddressPrefix string
 }
 
 // Registry holds the simulated nodes and workload clusters of a test process. It is the
@@ -50,8 +57,9 @@ type Registry struct {
 	reserved map[int]bool        // endpoint ports handed out
 	subs     map[int]func(NodeEvent)
 	nextSub  int
-	// ipPrefix is 127.<random>: every node gets its own loopback address below it, so that
-	// several processes of simulated nodes (a test run, a sandbox) do not collide.
+	// ipPrefix is 127.<random> (or Options.AddressPrefix): every node gets its own address
+	// below it, so that several processes of simulated nodes (a test run, a sandbox) do not
+	// collide.
 	ipPrefix string
 	ipSeq    int
 	closed   bool
@@ -98,6 +106,13 @@ func NewRegistry(o Options) (*Registry, error) {
 		nodes: map[string]*Node{}, clusters: map[string]*Cluster{}, starting: map[string]bool{},
 		reserved: map[int]bool{}, subs: map[int]func(NodeEvent){},
 		ipPrefix: fmt.Sprintf("127.%d", 2+mathrand.IntN(250)),
+	}
+	if o.AddressPrefix != "" {
+		ip := net.ParseIP(o.AddressPrefix + ".0.1").To4()
+		if ip == nil || strings.Count(o.AddressPrefix, ".") != 1 {
+			return nil, fmt.Errorf("address prefix %q: want the first two octets of an IPv4 address, such as 198.19", o.AddressPrefix)
+		}
+		r.ipPrefix = o.AddressPrefix
 	}
 	if o.Logger != nil {
 		r.log = *o.Logger

@@ -17,62 +17,39 @@
 //	                                    # envtest binaries first when they are not cached
 //	go run ./test/cmd/capv-smoke -keep  # keeps the logs (CAPV's manager log) and prints where
 //
-// It is not a test and make test does not run it. docs/capv-on-vcsim.md says what CAPV reads
-// and writes, for the next step (a guest bridge to simulated Kairos nodes).
+// The simulator and manager set-up is test/vsphere's (the guest bridge there does what this
+// smoke does by hand, for whole clusters). It is not a test and make test does not run it.
+// docs/capv-on-vcsim.md says what CAPV reads and writes.
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
 	"encoding/base64"
-	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
-	"net"
-	"net/url"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
-	"github.com/vmware/govmomi/find"
-	"github.com/vmware/govmomi/object"
-	"github.com/vmware/govmomi/session"
-	"github.com/vmware/govmomi/simulator"
-	_ "github.com/vmware/govmomi/vapi/simulator" // registers the REST (tagging) endpoints CAPV logs into
-	"github.com/vmware/govmomi/vim25"
-	"github.com/vmware/govmomi/vim25/methods"
 	"github.com/vmware/govmomi/vim25/mo"
-	"github.com/vmware/govmomi/vim25/soap"
 	"github.com/vmware/govmomi/vim25/types"
 	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/yaml"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	"github.com/kairos-capi/kairos-capi/test/harness"
+	"github.com/kairos-capi/kairos-capi/test/vsphere"
 )
 
 const (
-	capvModule = "sigs.k8s.io/cluster-api-provider-vsphere"
-	// capvNamespace and capvServiceAccount are where clusterctl would install CAPV
-	// (config/default: namespace capv-system, namePrefix capv-).
-	capvNamespace      = "capv-system"
-	capvServiceAccount = "capv-manager"
-	templateName       = "kairos-template"
-	namespace          = "capv-smoke"
-	clusterName        = "smoke"
+	namespace   = "capv-smoke"
+	clusterName = "smoke"
 )
 
 func main() {
@@ -93,7 +70,7 @@ func run() (err error) {
 	defer report()
 	var (
 		managerBin  = flag.String("capv-manager", "", "CAPV manager binary (default: hack/capv-manager.sh builds or finds it)")
-		capvVersion = flag.String("capv-version", "v1.16.1", "CAPV version (its CRDs and RBAC are read from the module cache)")
+		capvVersion = flag.String("capv-version", vsphere.Version, "CAPV version (its CRDs and RBAC are read from the module cache)")
 		timeout     = flag.Duration("timeout", 3*time.Minute, "how long to wait for the VSphereCluster")
 		keep        = flag.Bool("keep", false, "keep the log folder")
 	)
@@ -101,21 +78,12 @@ func run() (err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout+2*time.Minute)
 	defer cancel()
 
-	root, err := framework.RepoRoot()
-	if err != nil {
-		return err
-	}
 	if *managerBin == "" {
-		cmd := exec.Command(filepath.Join(root, "hack", "capv-manager.sh"))
-		cmd.Env = append(os.Environ(), "CAPV_VERSION="+*capvVersion)
-		cmd.Stderr = os.Stderr
-		out, err := cmd.Output()
-		if err != nil {
-			return fmt.Errorf("hack/capv-manager.sh: %w", err)
+		if *managerBin, err = vsphere.ManagerBinary(*capvVersion); err != nil {
+			return err
 		}
-		*managerBin = strings.TrimSpace(string(out))
 	}
-	capvDir, err := moduleDir(capvModule + "@" + *capvVersion)
+	capvDir, err := vsphere.ModuleDir(vsphere.Module + "@" + *capvVersion)
 	if err != nil {
 		return err
 	}
@@ -130,18 +98,18 @@ func run() (err error) {
 	}
 
 	// vCenter simulator.
-	vc, err := startVCSim(ctx)
+	vc, err := vsphere.StartVCSim(ctx)
 	if err != nil {
 		return fmt.Errorf("vcsim: %w", err)
 	}
-	defer vc.stop()
+	defer vc.Stop()
 	fmt.Printf("capv-smoke: vcsim at %s (vCenter %s), template %q, thumbprint %s\n",
-		vc.host, vc.version, templateName, vc.thumbprint)
+		vc.Host, vc.Version, vsphere.TemplateName, vc.Thumbprint)
 
 	// Management cluster with Cluster API and CAPV's CRDs.
-	crds, err := filepath.Glob(filepath.Join(capvDir, "config", "default", "crd", "bases", "*.yaml"))
-	if err != nil || len(crds) == 0 {
-		return fmt.Errorf("no CRDs under %s/config/default/crd/bases (%v)", capvDir, err)
+	crds, err := vsphere.CRDFiles(capvDir)
+	if err != nil {
+		return err
 	}
 	h, err := harness.New(harness.Options{ExtraCRDFiles: crds})
 	if err != nil {
@@ -150,7 +118,7 @@ func run() (err error) {
 	defer func() { _ = h.Stop() }()
 	c := h.Client
 
-	manager, err := startManager(ctx, h, capvDir, *managerBin, logDir, vc)
+	manager, err := vsphere.StartManager(ctx, h, vsphere.ManagerOptions{CAPVDir: capvDir, Binary: *managerBin, LogDir: logDir, PodName: "capv-manager-smoke"}, vc)
 	if err != nil {
 		return err
 	}
@@ -171,8 +139,8 @@ func run() (err error) {
 		"kind":       "VSphereCluster",
 		"metadata":   map[string]any{"name": clusterName, "namespace": namespace},
 		"spec": map[string]any{
-			"server":     vc.host,
-			"thumbprint": vc.thumbprint,
+			"server":     vc.Host,
+			"thumbprint": vc.Thumbprint,
 			// An address of the reserved range the lifecycle tests use: nothing listens on it yet.
 			"controlPlaneEndpoint": map[string]any{"host": "198.18.0.100", "port": int64(6443)},
 		},
@@ -250,7 +218,7 @@ const guestIP = "198.18.0.10"
 // address for it as VMware Tools would (vcsim's SET.guest.ipAddress), and waits until CAPV
 // marks the VSphereMachine provisioned with the provider ID and address, and Cluster API copies
 // the provider ID to the Machine.
-func machineStage(ctx context.Context, c client.Client, vc *vcsim, manager *framework.Process, deadline time.Time) error {
+func machineStage(ctx context.Context, c client.Client, vc *vsphere.VCSim, manager *framework.Process, deadline time.Time) error {
 	const name = "smoke-worker"
 	userdata := "#cloud-config\nhostname: " + name + "\n"
 	if err := c.Create(ctx, &corev1.Secret{
@@ -267,16 +235,16 @@ func machineStage(ctx context.Context, c client.Client, vc *vcsim, manager *fram
 		"metadata":   map[string]any{"name": name, "namespace": namespace},
 		"spec": map[string]any{
 			// The VPX model's inventory (govmomi simulator/model.go names: DC0, DC0_C0, LocalDS_0).
-			"template":     templateName,
-			"datacenter":   "DC0",
-			"datastore":    "LocalDS_0",
-			"folder":       "/DC0/vm",
-			"resourcePool": "/DC0/host/DC0_C0/Resources",
+			"template":     vsphere.TemplateName,
+			"datacenter":   vsphere.Datacenter,
+			"datastore":    vsphere.Datastore,
+			"folder":       vsphere.Folder,
+			"resourcePool": vsphere.ResourcePool,
 			"cloneMode":    "fullClone",
 			"numCPUs":      int64(2),
 			"memoryMiB":    int64(2048),
 			"network": map[string]any{"devices": []any{
-				map[string]any{"networkName": "VM Network", "dhcp4": true},
+				map[string]any{"networkName": vsphere.Network, "dhcp4": true},
 			}},
 		},
 	}}
@@ -305,7 +273,7 @@ func machineStage(ctx context.Context, c client.Client, vc *vcsim, manager *fram
 		if exited, err := manager.Exited(); exited {
 			return fmt.Errorf("CAPV's manager exited (%v); last log lines:\n%s", err, tail(manager.Output(), 30))
 		}
-		vm, props, err := vc.vm(ctx, name)
+		vm, props, err := vc.VM(ctx, name)
 		if err != nil {
 			return err
 		}
@@ -377,27 +345,6 @@ func machineStage(ctx context.Context, c client.Client, vc *vcsim, manager *fram
 	return nil
 }
 
-// vm returns the VM of that name and the properties the guest side reads, or nil when it does
-// not exist (yet).
-func (v *vcsim) vm(ctx context.Context, name string) (*object.VirtualMachine, *mo.VirtualMachine, error) {
-	vm, err := v.finder.VirtualMachine(ctx, name)
-	if err != nil {
-		var nf *find.NotFoundError
-		if errors.As(err, &nf) {
-			return nil, nil, nil
-		}
-		return nil, nil, err
-	}
-	var props mo.VirtualMachine
-	if err := vm.Properties(ctx, vm.Reference(), []string{"config.extraConfig", "config.uuid", "runtime.powerState", "guest.net"}, &props); err != nil {
-		return nil, nil, err
-	}
-	if props.Config == nil {
-		return nil, nil, nil // still being created
-	}
-	return vm, &props, nil
-}
-
 // checkGuestinfo decodes the clone's guestinfo keys as a guest would (CAPV writes them in
 // pkg/services/govmomi/extra/config.go: base64 with an ".encoding" key saying so) and prints
 // the metadata CAPV generated (pkg/util/constants.go metadataFormat).
@@ -445,267 +392,6 @@ func checkGuestinfo(props *mo.VirtualMachine, userdata string) error {
 }
 
 func ptrTo[T any](v T) *T { return &v }
-
-// vcsim is a running in-process vCenter simulator.
-type vcsim struct {
-	model      *simulator.Model
-	server     *simulator.Server
-	host       string // host:port, as VSphereCluster.spec.server
-	thumbprint string // SHA-256 (config/templates/README.md tells users to take that one), as VSphereCluster.spec.thumbprint
-	version    string
-	user, pass string
-	client     *vim25.Client // logged in: the "guest" side of the smoke uses it
-	finder     *find.Finder
-}
-
-// stop closes the simulator. vcsim's server, like httptest's, waits for requests in flight, and
-// a property collector's WaitForUpdates of CAPV's manager (stopped before) may never end: give
-// it a few seconds, then leave it to the process' exit.
-func (v *vcsim) stop() {
-	if v.client != nil {
-		_ = session.NewManager(v.client).Logout(context.Background())
-	}
-	done := make(chan struct{})
-	go func() {
-		v.server.Close()
-		close(done)
-	}()
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		fmt.Fprintln(os.Stderr, "capv-smoke: vcsim did not close within 5s (a request in flight); leaving it to the exit")
-	}
-	v.model.Remove() // its datastores' folder (govcsim-* in TMPDIR)
-}
-
-// startVCSim starts a VPX (vCenter) model listening on 127.0.0.1 with TLS and the REST
-// endpoints, and turns its first VM into a powered-off template named templateName. The
-// model and server set-up follows govmomi's simulator package (simulator/model.go VPX,
-// simulator/simulator.go Service.NewServer) and CAPV's own test helper
-// (internal/test/helpers/vcsim/builder.go: TLS, RegisterEndpoints, vapi/simulator import).
-func startVCSim(ctx context.Context) (*vcsim, error) {
-	model := simulator.VPX()
-	model.ClusterHost = 1 // one host in the cluster
-	model.Host = 0        // no standalone host
-	model.Machine = 1     // one VM per resource pool: it becomes the template
-	if err := model.Create(); err != nil {
-		return nil, err
-	}
-	model.Service.Listen = &url.URL{Host: "127.0.0.1:0"}
-	model.Service.TLS = new(tls.Config)
-	model.Service.RegisterEndpoints = true
-	server := model.Service.NewServer()
-	v := &vcsim{model: model, server: server, host: server.URL.Host}
-	v.user = server.URL.User.Username()
-	v.pass, _ = server.URL.User.Password()
-	if cert := server.Certificate(); cert != nil {
-		v.thumbprint = soap.ThumbprintSHA256(cert)
-	}
-
-	c, err := vim25.NewClient(ctx, soap.NewClient(server.URL, true))
-	if err != nil {
-		v.stop()
-		return nil, err
-	}
-	v.version = c.ServiceContent.About.Version
-	if err := session.NewManager(c).Login(ctx, server.URL.User); err != nil {
-		v.stop()
-		return nil, err
-	}
-	v.client = c
-	v.finder = find.NewFinder(c)
-	dc, err := v.finder.DefaultDatacenter(ctx)
-	if err != nil {
-		v.stop()
-		return nil, err
-	}
-	v.finder.SetDatacenter(dc)
-	if err := v.makeTemplate(ctx); err != nil {
-		v.stop()
-		return nil, fmt.Errorf("template: %w", err)
-	}
-	return v, nil
-}
-
-// makeTemplate powers off the model's first VM, renames it templateName and marks it a template,
-// as an imported Kairos OVA would be.
-func (v *vcsim) makeTemplate(ctx context.Context) error {
-	vms, err := v.finder.VirtualMachineList(ctx, "*")
-	if err != nil {
-		return err
-	}
-	vm := vms[0]
-	if state, err := vm.PowerState(ctx); err == nil && state == types.VirtualMachinePowerStatePoweredOn {
-		task, err := vm.PowerOff(ctx)
-		if err != nil {
-			return err
-		}
-		if err := task.Wait(ctx); err != nil {
-			return err
-		}
-	}
-	task, err := vm.Rename(ctx, templateName)
-	if err != nil {
-		return err
-	}
-	if err := task.Wait(ctx); err != nil {
-		return err
-	}
-	if err := vm.MarkAsTemplate(ctx); err != nil {
-		return err
-	}
-	// Replace the template in vcsim's registry by the same object with a corrected
-	// CloneVM_Task (same reference), as govmomi's simulator/example_extend_test.go extends VMs.
-	tpl, ok := v.model.Map().Get(vm.Reference()).(*simulator.VirtualMachine)
-	if !ok {
-		return fmt.Errorf("template %s is not a simulator VirtualMachine", vm.Reference())
-	}
-	v.model.Map().Put(&cloneSpecTemplate{tpl})
-	return nil
-}
-
-// cloneSpecTemplate is a vcsim template whose clones get the extraConfig and instanceUuid of
-// the clone spec. vcsim v0.53.0 (and v0.54.0) drops them: CloneVMTask (simulator/
-// virtual_machine.go) copies spec.config's extraConfig, uuid, instanceUuid, numCPUs and memoryMB
-// into a copy of the new VM's config spec ("dst, src := config, req.Spec.Config" copies the
-// struct), so CreateVM never sees them. CAPV puts the bootstrap data there
-// (pkg/services/govmomi/vcenter/clone.go: guestinfo.userdata) and the VSphereVM's UID as
-// instanceUuid; without this the clone has neither (CAPV then finds the VM by inventory path).
-type cloneSpecTemplate struct {
-	*simulator.VirtualMachine
-}
-
-// CloneVMTask runs vcsim's clone, then sets what it dropped on the clone before the task the
-// client waits for completes.
-func (t *cloneSpecTemplate) CloneVMTask(ctx *simulator.Context, req *types.CloneVM_Task) soap.HasFault {
-	res := t.VirtualMachine.CloneVMTask(ctx, req)
-	spec := req.Spec.Config
-	body, ok := res.(*methods.CloneVM_TaskBody)
-	if spec == nil || !ok || body.Res == nil {
-		return res
-	}
-	inner, ok := ctx.Map.Get(body.Res.Returnval).(*simulator.Task)
-	if !ok {
-		return res
-	}
-	outer := simulator.CreateTask(t.Self, "cloneVm", func(*simulator.Task) (types.AnyType, types.BaseMethodFault) {
-		inner.Wait()
-		if inner.Info.Error != nil {
-			return nil, inner.Info.Error.Fault
-		}
-		ref, ok := inner.Info.Result.(types.ManagedObjectReference)
-		if !ok {
-			return nil, &types.InvalidState{}
-		}
-		clone, ok := ctx.Map.Get(ref).(*simulator.VirtualMachine)
-		if !ok {
-			return nil, &types.ManagedObjectNotFound{Obj: ref}
-		}
-		ctx.WithLock(clone, func() {
-			var changes []types.PropertyChange
-			if len(spec.ExtraConfig) > 0 {
-				extra := append([]types.BaseOptionValue{}, clone.Config.ExtraConfig...)
-				extra = append(extra, spec.ExtraConfig...)
-				changes = append(changes, types.PropertyChange{Name: "config.extraConfig", Val: extra})
-			}
-			if spec.InstanceUuid != "" {
-				changes = append(changes,
-					types.PropertyChange{Name: "config.instanceUuid", Val: spec.InstanceUuid},
-					types.PropertyChange{Name: "summary.config.instanceUuid", Val: spec.InstanceUuid})
-			}
-			if len(changes) > 0 {
-				ctx.Update(clone, changes)
-			}
-		})
-		return ref, nil
-	})
-	return &methods.CloneVM_TaskBody{Res: &types.CloneVM_TaskResponse{Returnval: outer.Run(ctx)}}
-}
-
-// startManager runs CAPV's manager binary against the harness' API server as CAPV's
-// ServiceAccount, bound to the manager-role of CAPV's config/rbac/role.yaml, with the vCenter
-// credentials in the file its --credentials-file flag reads (pkg/manager/options.go:
-// "username" and "password" keys; config/base/credentials.yaml ships the same).
-func startManager(ctx context.Context, h *harness.Harness, capvDir, bin, logDir string, vc *vcsim) (*framework.Process, error) {
-	c := h.Client
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: capvNamespace}}); err != nil {
-		return nil, err
-	}
-	roleYAML, err := os.ReadFile(filepath.Join(capvDir, "config", "rbac", "role.yaml"))
-	if err != nil {
-		return nil, err
-	}
-	role := &rbacv1.ClusterRole{}
-	if err := yaml.Unmarshal(bytes.TrimPrefix(roleYAML, []byte("---\n")), role); err != nil {
-		return nil, fmt.Errorf("CAPV's role.yaml: %w", err)
-	}
-	role.Name = "capv-manager-role"
-	if err := c.Create(ctx, role); err != nil {
-		return nil, err
-	}
-	if err := c.Create(ctx, &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "capv-manager-rolebinding"},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: capvServiceAccount, Namespace: capvNamespace}},
-	}); err != nil {
-		return nil, err
-	}
-	kubeconfig, err := h.Env.ImpersonatingKubeconfig("system:serviceaccount:" + capvNamespace + ":" + capvServiceAccount)
-	if err != nil {
-		return nil, err
-	}
-	kubeconfigPath := filepath.Join(logDir, "capv.kubeconfig")
-	if err := os.WriteFile(kubeconfigPath, kubeconfig, 0o600); err != nil {
-		return nil, err
-	}
-	credentials := filepath.Join(logDir, "credentials.yaml")
-	creds, err := yaml.Marshal(map[string]string{"username": vc.user, "password": vc.pass})
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(credentials, creds, 0o600); err != nil {
-		return nil, err
-	}
-	// CAPV's manager always starts its webhook server; nothing calls it here (no webhook
-	// configurations are installed for CAPV's kinds).
-	certDir := filepath.Join(logDir, "webhook-certs")
-	if _, err := framework.WriteServingCertificate(certDir, "127.0.0.1"); err != nil {
-		return nil, err
-	}
-	ports := make([]int, 3)
-	for i := range ports {
-		if ports[i], err = framework.FreePort(); err != nil {
-			return nil, err
-		}
-	}
-	local := func(p int) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(p)) }
-	return framework.StartProcess("capv-manager", filepath.Join(logDir, "capv-manager.log"),
-		[]string{"KUBECONFIG=" + kubeconfigPath, "POD_NAMESPACE=" + capvNamespace, "POD_NAME=capv-manager-smoke"},
-		bin,
-		"--leader-elect=false",
-		"--credentials-file="+credentials,
-		"--webhook-port="+strconv.Itoa(ports[0]),
-		"--webhook-cert-dir="+certDir,
-		"--health-addr="+local(ports[1]),
-		"--diagnostics-address="+local(ports[2]),
-		"--insecure-diagnostics",
-	)
-}
-
-// moduleDir downloads module@version through the module proxy (or finds it in the module
-// cache) and returns its folder. It runs outside the workspace: CAPV is not a dependency of
-// the test module (it pins Cluster API v1.13).
-func moduleDir(modVersion string) (string, error) {
-	cmd := exec.Command("go", "mod", "download", "-json", modVersion)
-	cmd.Dir = os.TempDir()
-	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod")
-	out, err := cmd.Output()
-	var info struct{ Dir, Error string }
-	if jerr := json.Unmarshal(out, &info); jerr != nil || info.Dir == "" {
-		return "", fmt.Errorf("go mod download %s: %v %s", modVersion, errors.Join(err, jerr), info.Error)
-	}
-	return info.Dir, nil
-}
 
 func conditionSummary(u *unstructured.Unstructured) string {
 	list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")

@@ -1,0 +1,624 @@
+package vsphere_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/viper"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	ctrl "sigs.k8s.io/controller-runtime"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	clusterctl "sigs.k8s.io/cluster-api/cmd/clusterctl/client"
+	"sigs.k8s.io/cluster-api/controllers/clustercache"
+	"sigs.k8s.io/cluster-api/util/conditions"
+
+	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	cpsetup "github.com/kairos-capi/kairos-capi/controlplane/setup"
+	"github.com/kairos-capi/kairos-capi/release/repo"
+	"github.com/kairos-capi/kairos-capi/test/framework"
+	"github.com/kairos-capi/kairos-capi/test/harness"
+	"github.com/kairos-capi/kairos-capi/test/simnode"
+	"github.com/kairos-capi/kairos-capi/test/vsphere"
+)
+
+// kubernetesVersion is what the simulated Kairos images ship (test/simnode).
+const kubernetesVersion = "v1.36.3"
+
+// stack is a management cluster running Cluster API, both Kairos providers and CAPV's own
+// manager against a simulated vCenter whose VMs the guest bridge boots as Kairos nodes.
+type stack struct {
+	vc        *vsphere.VCSim
+	h         *harness.Harness
+	reg       *simnode.Registry
+	manager   *framework.Process
+	bridge    *vsphere.Bridge
+	templates string // the control-plane release's folder, with the cluster templates
+}
+
+func startStack(t *testing.T) *stack {
+	t.Helper()
+	if capvDir == "" || capvBinary == "" {
+		t.Fatal("CAPV's module folder and manager binary are unknown: TestMain sets them before it re-runs the tests in their network namespace")
+	}
+	ctx := context.Background()
+	s := &stack{}
+	var err error
+	if s.vc, err = vsphere.StartVCSim(ctx); err != nil {
+		t.Fatalf("vcsim: %v", err)
+	}
+	t.Cleanup(s.vc.Stop)
+
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The cluster templates exactly as a release ships them, as clusterctl reads them.
+	rel, err := repo.Build(repo.Options{Root: root, Provider: repo.ControlPlane, Version: "v0.1.0"})
+	if err != nil {
+		t.Fatalf("building the control-plane release: %v", err)
+	}
+	if s.templates, err = rel.Write(t.TempDir()); err != nil {
+		t.Fatal(err)
+	}
+
+	if s.reg, err = simnode.NewRegistry(simnode.Options{AddressPrefix: nodeAddressPrefix}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(s.reg.Close)
+	capvCRDs, err := vsphere.CRDFiles(capvDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cpCRDs, err := framework.ProjectCRDFiles("controlplane")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.h, err = harness.New(harness.Options{
+		Registry:         s.reg,
+		ExtraCRDFiles:    append(capvCRDs, cpCRDs...),
+		ExtraWebhookDirs: []string{filepath.Join(root, "controlplane", "config", "webhook")},
+		AddToScheme:      []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
+		Setup: []harness.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
+			c, err := harness.ProviderClient(mgr)
+			if err != nil {
+				return err
+			}
+			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, EtcdHealthInterval: 5 * time.Second, Client: c})
+		}},
+	})
+	if err != nil {
+		t.Fatalf("harness: %v", err)
+	}
+	t.Cleanup(func() { _ = s.h.Stop() })
+
+	logDir := t.TempDir()
+	if s.manager, err = vsphere.StartManager(ctx, s.h, vsphere.ManagerOptions{CAPVDir: capvDir, Binary: capvBinary, LogDir: logDir}, s.vc); err != nil {
+		t.Fatalf("CAPV's manager: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("CAPV's manager, last lines:\n%s", tail(s.manager.Output(), 40))
+		}
+		_ = s.manager.Stop(10 * time.Second)
+	})
+
+	if s.bridge, err = vsphere.StartBridge(ctx, vsphere.BridgeOptions{VCSim: s.vc, Registry: s.reg, Client: s.h.Client, Logger: framework.Logger()}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("guest bridge:\n%s", strings.Join(s.bridge.Events(), "\n"))
+		}
+		s.bridge.Stop()
+	})
+	return s
+}
+
+// render runs `clusterctl generate cluster` on a flavor of the release with exactly these
+// variables set, as a user does (environment variables), and returns its objects.
+func (s *stack) render(t *testing.T, flavor string, values map[string]string) []unstructured.Unstructured {
+	t.Helper()
+	viper.Reset() // clusterctl keeps variables in viper's global instance
+	t.Setenv("HOME", t.TempDir())
+	t.Setenv("XDG_CONFIG_HOME", t.TempDir())
+	for k, v := range values {
+		t.Setenv(k, v)
+	}
+	cfg := filepath.Join(t.TempDir(), "clusterctl.yaml")
+	if err := os.WriteFile(cfg, []byte("providers: []\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	c, err := clusterctl.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tpl, err := c.GetClusterTemplate(context.Background(), clusterctl.GetClusterTemplateOptions{
+		ClusterName:       values["CLUSTER_NAME"],
+		TargetNamespace:   values["NAMESPACE"],
+		KubernetesVersion: values["KUBERNETES_VERSION"],
+		URLSource:         &clusterctl.URLSourceOptions{URL: filepath.Join(s.templates, repo.TemplateFileName(flavor))},
+	})
+	if err != nil {
+		t.Fatalf("clusterctl generate cluster --flavor %s: %v", flavor, err)
+	}
+	return tpl.Objs()
+}
+
+// TestVSphereFlavorOnCAPV: the shipped vSphere flavor, rendered as a user does, creates a
+// single-node Kairos control plane through CAPV's own controllers on vcsim: CAPV clones the
+// template and powers the VM on, the guest bridge boots the VM's guestinfo as a Kairos node and
+// reports its address through vcsim, CAPV marks the VSphereMachine provisioned with
+// vsphere://<BIOS UUID>, the Node carries that provider ID, the KairosControlPlane becomes
+// Available and its endpoint is the control-plane VIP, held by the node.
+func TestVSphereFlavorOnCAPV(t *testing.T) {
+	s := startStack(t)
+	for i, dist := range []string{"k0s", "k3s"} {
+		t.Run(dist, func(t *testing.T) {
+			vip := fmt.Sprintf("198.18.0.%d", 100+i)
+			// k0s ends with the Cluster's deletion, k3s with its VM powered off in vCenter.
+			s.singleNodeControlPlane(t, dist, vip, dist == "k3s")
+		})
+	}
+	t.Run("user data the guest cannot decode", s.undecodableUserData)
+}
+
+func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff bool) {
+	ctx := context.Background()
+	c := s.h.Client
+	start := time.Now()
+	ns, name := "capv-"+dist, "kairos-"+dist
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	objs := s.render(t, "vsphere", map[string]string{
+		"CLUSTER_NAME":                name,
+		"NAMESPACE":                   ns,
+		"KUBERNETES_VERSION":          kubernetesVersion,
+		"KAIROS_DISTRIBUTION":         dist,
+		"KAIROS_USER_PASSWORD":        "kairos-on-capv",
+		"CONTROL_PLANE_MACHINE_COUNT": "1",
+		"WORKER_MACHINE_COUNT":        "1",
+		"CONTROL_PLANE_ENDPOINT_IP":   vip,
+		"VSPHERE_SERVER":              s.vc.Host,
+		"VSPHERE_TLS_THUMBPRINT":      s.vc.Thumbprint,
+		"VSPHERE_DATACENTER":          vsphere.Datacenter,
+		"VSPHERE_DATASTORE":           vsphere.Datastore,
+		"VSPHERE_FOLDER":              vsphere.Folder,
+		"VSPHERE_RESOURCE_POOL":       vsphere.ResourcePool,
+		"VSPHERE_NETWORK":             vsphere.Network,
+		"VSPHERE_TEMPLATE":            vsphere.TemplateName,
+	})
+	var kinds []string
+	for i := range objs {
+		kinds = append(kinds, objs[i].GetKind()+"/"+objs[i].GetName())
+		if err := c.Create(ctx, &objs[i]); err != nil {
+			t.Fatalf("creating %s %s: %v", objs[i].GetKind(), objs[i].GetName(), err)
+		}
+	}
+	t.Logf("applied the rendered vSphere flavor (%s): %s", dist, strings.Join(kinds, ", "))
+
+	kcp := &controlplanev1.KairosControlPlane{}
+	cluster := &clusterv1.Cluster{}
+	var machine *clusterv1.Machine
+	var guest vsphere.GuestStatus
+	last := ""
+	deadline := time.Now().Add(6 * time.Minute)
+	for {
+		if exited, err := s.manager.Exited(); exited {
+			t.Fatalf("CAPV's manager exited: %v", err)
+		}
+		state, done, err := s.observe(ctx, ns, name, cluster, kcp, &machine, &guest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if state != last {
+			t.Logf("%5.1fs %s", time.Since(start).Seconds(), state)
+			last = state
+		}
+		if done {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the control plane is not Available after 6m; last: %s", state)
+		}
+		time.Sleep(time.Second)
+	}
+
+	// What is proven, checked once more, explicitly.
+	wantID := "vsphere://" + guest.UUID
+	if machine.Spec.ProviderID != wantID {
+		t.Errorf("Machine provider ID %q, want %q (CAPV's spelling of the VM's BIOS UUID)", machine.Spec.ProviderID, wantID)
+	}
+	vm := &unstructured.Unstructured{}
+	vm.SetGroupVersionKind(vsphere.VSphereVMGVK.GroupVersion().WithKind("VSphereMachine"))
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine.Spec.InfrastructureRef.Name}, vm); err != nil {
+		t.Fatal(err)
+	}
+	if id, _, _ := unstructured.NestedString(vm.Object, "spec", "providerID"); id != wantID {
+		t.Errorf("VSphereMachine provider ID %q, want %q", id, wantID)
+	}
+	addrs, _, _ := unstructured.NestedSlice(vm.Object, "status", "addresses")
+	if !strings.Contains(fmt.Sprint(addrs), guest.Node.IP()) {
+		t.Errorf("VSphereMachine addresses %v lack the address the guest reported, %s", addrs, guest.Node.IP())
+	}
+	wc := s.reg.Cluster(cluster.Spec.ControlPlaneEndpoint.Host + ":" + fmt.Sprint(cluster.Spec.ControlPlaneEndpoint.Port))
+	if wc == nil {
+		t.Fatalf("no workload cluster runs at the Cluster's endpoint %v", cluster.Spec.ControlPlaneEndpoint)
+	}
+	node := &corev1.Node{}
+	if err := wc.AdminClient().Get(ctx, client.ObjectKey{Name: machine.Status.NodeRef.Name}, node); err != nil {
+		t.Fatal(err)
+	}
+	if node.Spec.ProviderID != wantID {
+		t.Errorf("Node %s provider ID %q, want %q", node.Name, node.Spec.ProviderID, wantID)
+	}
+	if node.Status.NodeInfo.SystemUUID != guest.UUID {
+		t.Errorf("Node %s systemUUID %q, want the VM's BIOS UUID %s", node.Name, node.Status.NodeInfo.SystemUUID, guest.UUID)
+	}
+	if node.Name != guest.MetadataHostname {
+		t.Errorf("Node %s, but CAPV's metadata names the VM %q (CAPV deletes the Node of that name with the VM)", node.Name, guest.MetadataHostname)
+	}
+	if cluster.Spec.ControlPlaneEndpoint.Host != vip {
+		t.Errorf("Cluster endpoint %v, want the VIP %s", cluster.Spec.ControlPlaneEndpoint, vip)
+	}
+	if h := wc.VIPHolder(); h == nil || h != guest.Node {
+		t.Errorf("the VIP %s is held by %v, want the control-plane node %v", vip, h, guest.Node)
+	}
+	meta, err := guest.Node.ReadFile(vsphere.MetadataPath)
+	if err != nil || !strings.Contains(string(meta), "local-hostname: \""+guest.MetadataHostname+"\"") {
+		t.Errorf("the node's %s (%v):\n%s", vsphere.MetadataPath, err, meta)
+	}
+	if f := guest.Node.BootFailures(); len(f) > 0 {
+		t.Logf("%s: the control-plane node retried %d times before it ran: %q", dist, len(f), f)
+	}
+	t.Logf("%s: the vSphere flavor's control plane is Available through CAPV after %s: VM %s (BIOS UUID %s, MAC %s) at %s, Node %s with %s, endpoint %s held by it",
+		dist, time.Since(start).Round(time.Second), machine.Spec.InfrastructureRef.Name, guest.UUID, guest.MAC, guest.Node.IP(), node.Name, node.Spec.ProviderID, vip)
+	for _, want := range []string{"Applied bootstrap data to VM clone spec", "VSphereVM is ready", "Updating providerID on VSphereMachine"} {
+		if !strings.Contains(s.manager.Output(), want) {
+			t.Errorf("CAPV's manager never logged %q", want)
+		}
+	}
+	// The control plane's etcd health reached the member at the address vcsim reported: the
+	// Machine's addresses are CAPV's copy of the VM's guest.net.
+	if !strings.Contains(fmt.Sprint(machine.Status.Addresses), guest.Node.IP()) {
+		t.Errorf("Machine addresses %v lack the guest's %s", machine.Status.Addresses, guest.Node.IP())
+	}
+	if t.Failed() {
+		return
+	}
+
+	// The MachineDeployment's worker: its own VM from the flavor's md-0 VSphereMachineTemplate,
+	// joining the cluster through the VIP.
+	start = time.Now()
+	var worker *clusterv1.Machine
+	var workerGuest vsphere.GuestStatus
+	framework.Eventually(t, 5*time.Minute, func() error {
+		list := &clusterv1.MachineList{}
+		if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: name + "-md-0"}); err != nil {
+			return err
+		}
+		if len(list.Items) != 1 {
+			return fmt.Errorf("%d worker Machines, want 1", len(list.Items))
+		}
+		worker = &list.Items[0]
+		var on bool
+		if workerGuest, on = s.bridge.Guest(worker.Spec.InfrastructureRef.Name); !on || workerGuest.Node == nil {
+			return fmt.Errorf("worker VM %s: powered on %v, guest %+v", worker.Spec.InfrastructureRef.Name, on, workerGuest)
+		}
+		if st := workerGuest.Node.Status(); st.Phase == simnode.PhaseRefused {
+			t.Fatalf("the worker's node refused: %s: %s", st.Reason, st.Message)
+		}
+		if !worker.Status.NodeRef.IsDefined() || worker.Spec.ProviderID != "vsphere://"+workerGuest.UUID {
+			return fmt.Errorf("worker Machine %s: providerID %q nodeRef %q phase %s; node %s", worker.Name, worker.Spec.ProviderID, worker.Status.NodeRef.Name, worker.Status.Phase, workerGuest.Node)
+		}
+		n := &corev1.Node{}
+		if err := wc.AdminClient().Get(ctx, client.ObjectKey{Name: worker.Status.NodeRef.Name}, n); err != nil {
+			return err
+		}
+		if n.Spec.ProviderID != worker.Spec.ProviderID {
+			return fmt.Errorf("worker Node %s provider ID %q, Machine %q", n.Name, n.Spec.ProviderID, worker.Spec.ProviderID)
+		}
+		return nil
+	})
+	t.Logf("%s: worker Machine %s joined after %s: VM %s at %s, Node %s with %s", dist, worker.Name, time.Since(start).Round(time.Second),
+		worker.Spec.InfrastructureRef.Name, workerGuest.Node.IP(), worker.Status.NodeRef.Name, worker.Spec.ProviderID)
+
+	s.scaleControlPlane(t, ns, name, kcp, 3)
+
+	vmName := machine.Spec.InfrastructureRef.Name
+	if powerOff {
+		s.powerOffInVCenter(t, cluster, vmName, guest.Node)
+		return
+	}
+
+	// Deleting the Cluster: CAPV powers the VM off and destroys it in vcsim, and with it goes
+	// the node.
+	if err := c.Delete(ctx, cluster); err != nil {
+		t.Fatal(err)
+	}
+	start = time.Now()
+	framework.Eventually(t, 4*time.Minute, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(cluster), &clusterv1.Cluster{}); err == nil {
+			return fmt.Errorf("the Cluster still exists")
+		} else if client.IgnoreNotFound(err) != nil {
+			return err
+		}
+		// Every VM of the cluster is gone from vcsim, every node of the cluster stopped.
+		vms, err := s.vc.Finder.VirtualMachineList(ctx, name+"-*")
+		if err != nil && !strings.Contains(err.Error(), "not found") {
+			return err
+		}
+		if len(vms) > 0 {
+			return fmt.Errorf("%d VMs of the cluster still exist in vcsim: %v", len(vms), vms)
+		}
+		nodes := s.reg.NodesOf(wc.Endpoint())
+		for _, n := range nodes {
+			if st := n.Status(); st.Phase != simnode.PhaseStopped {
+				return fmt.Errorf("%s is %s", n, st.Phase)
+			}
+		}
+		if len(nodes) != 4 {
+			return fmt.Errorf("%d nodes ran for the cluster, want 4 (3 control-plane, 1 worker)", len(nodes))
+		}
+		return nil
+	})
+	t.Logf("%s: Cluster deleted after %s: CAPV destroyed its 4 VMs in vcsim and their nodes stopped", dist, time.Since(start).Round(time.Second))
+}
+
+// scaleControlPlane scales the KairosControlPlane to replicas through CAPV: each new Machine's
+// VM is cloned and powered on by CAPV, its node joins etcd and the cluster through the VIP, and
+// the control plane is Available with every member healthy at the address its VM reported.
+func (s *stack) scaleControlPlane(t *testing.T, ns, name string, kcp *controlplanev1.KairosControlPlane, replicas int32) {
+	ctx := context.Background()
+	c := s.h.Client
+	start := time.Now()
+	if err := c.Get(ctx, client.ObjectKeyFromObject(kcp), kcp); err != nil {
+		t.Fatal(err)
+	}
+	patch := client.MergeFrom(kcp.DeepCopy())
+	kcp.Spec.Replicas = ptrTo(replicas)
+	if err := c.Patch(ctx, kcp, patch); err != nil {
+		t.Fatalf("scaling the KairosControlPlane to %d: %v", replicas, err)
+	}
+	last := ""
+	framework.Eventually(t, 10*time.Minute, func() error {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(kcp), kcp); err != nil {
+			return err
+		}
+		machines := &clusterv1.MachineList{}
+		if err := c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.MachineControlPlaneLabel: "", clusterv1.ClusterNameLabel: name}); err != nil {
+			return err
+		}
+		var parts []string
+		ready := 0
+		for i := range machines.Items {
+			m := &machines.Items[i]
+			g, _ := s.bridge.Guest(m.Spec.InfrastructureRef.Name)
+			node := "no node"
+			if g.Node != nil {
+				st := g.Node.Status()
+				if st.Phase == simnode.PhaseRefused {
+					t.Fatalf("the node of VM %s refused: %s: %s", m.Spec.InfrastructureRef.Name, st.Reason, st.Message)
+				}
+				node = fmt.Sprintf("%s/%s", st.Phase, st.Reason)
+			}
+			parts = append(parts, fmt.Sprintf("%s: providerID=%q nodeRef=%q etcd=%s node=%s", m.Name, m.Spec.ProviderID, m.Status.NodeRef.Name,
+				condition(m, controlplanev1.MachineEtcdMemberHealthyCondition), node))
+			if g.Node != nil && m.Spec.ProviderID == "vsphere://"+g.UUID && m.Status.NodeRef.IsDefined() && conditions.IsTrue(m, controlplanev1.MachineEtcdMemberHealthyCondition) {
+				ready++
+			}
+		}
+		sort.Strings(parts)
+		state := fmt.Sprintf("KCP Available=%s EtcdClusterHealthy=%s; %s", condition(kcp, controlplanev1.AvailableCondition),
+			condition(kcp, controlplanev1.EtcdClusterHealthyCondition), strings.Join(parts, "; "))
+		if state != last {
+			t.Logf("%5.1fs scaling to %d: %s", time.Since(start).Seconds(), replicas, state)
+			last = state
+		}
+		if ready != int(replicas) || len(machines.Items) != int(replicas) || !conditions.IsTrue(kcp, controlplanev1.AvailableCondition) ||
+			!conditions.IsTrue(kcp, controlplanev1.EtcdClusterHealthyCondition) {
+			return fmt.Errorf("%d of %d control-plane Machines ready: %s", ready, replicas, state)
+		}
+		return nil
+	})
+	t.Logf("the control plane scaled to %d through CAPV in %s", replicas, time.Since(start).Round(time.Second))
+}
+
+// powerOffInVCenter powers a VM off as a vCenter user would, with the Cluster paused so that
+// CAPV does not power it on again (CAPV/pkg/services/govmomi/service.go ReconcileVM powers on
+// any VM it finds off): the node goes with the power.
+func (s *stack) powerOffInVCenter(t *testing.T, cluster *clusterv1.Cluster, vmName string, node *simnode.Node) {
+	ctx := context.Background()
+	patch := client.MergeFrom(cluster.DeepCopy())
+	cluster.Spec.Paused = ptrTo(true)
+	if err := s.h.Client.Patch(ctx, cluster, patch); err != nil {
+		t.Fatal(err)
+	}
+	vm, _, err := s.vc.VM(ctx, vmName)
+	if err != nil || vm == nil {
+		t.Fatalf("VM %s in vcsim: %v", vmName, err)
+	}
+	task, err := vm.PowerOff(ctx)
+	if err == nil {
+		err = task.Wait(ctx)
+	}
+	if err != nil {
+		t.Fatalf("powering VM %s off: %v", vmName, err)
+	}
+	start := time.Now()
+	framework.Eventually(t, time.Minute, func() error {
+		if _, on := s.bridge.Guest(vmName); on {
+			return fmt.Errorf("the bridge still plays VM %s", vmName)
+		}
+		if st := node.Status(); st.Phase != simnode.PhaseStopped {
+			return fmt.Errorf("the node of VM %s is %s", vmName, st.Phase)
+		}
+		return nil
+	})
+	t.Logf("VM %s powered off in vcsim: its node stopped after %s", vmName, time.Since(start).Round(100*time.Millisecond))
+}
+
+// undecodableUserData: a Machine whose bootstrap Secret is not cloud-config (format ignition)
+// gets no guestinfo.userdata from CAPV; the VM's Kairos datasource finds no user data it can
+// read, boots without Kubernetes and reports nothing, and CAPV waits for an address with a
+// reason one can read.
+func (s *stack) undecodableUserData(t *testing.T) {
+	ctx := context.Background()
+	c := s.h.Client
+	const ns, name = "capv-refusal", "refusal"
+	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
+		t.Fatal(err)
+	}
+	objs := []client.Object{
+		&unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "VSphereCluster",
+			"metadata": map[string]any{"name": name, "namespace": ns},
+			"spec": map[string]any{"server": s.vc.Host, "thumbprint": s.vc.Thumbprint,
+				"controlPlaneEndpoint": map[string]any{"host": "198.18.0.110", "port": int64(6443)}},
+		}},
+		&clusterv1.Cluster{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+			Spec: clusterv1.ClusterSpec{InfrastructureRef: clusterv1.ContractVersionedObjectReference{
+				APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "VSphereCluster", Name: name}}},
+		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name + "-bootstrap", Namespace: ns,
+			Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
+			Type: clusterv1.ClusterSecretType,
+			Data: map[string][]byte{"value": []byte(`{"ignition":{"version":"3.4.0"}}`), "format": []byte("ignition")}},
+		&unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2", "kind": "VSphereMachine",
+			"metadata": map[string]any{"name": name + "-0", "namespace": ns},
+			"spec": map[string]any{"template": vsphere.TemplateName, "datacenter": vsphere.Datacenter, "datastore": vsphere.Datastore,
+				"folder": vsphere.Folder, "resourcePool": vsphere.ResourcePool, "cloneMode": "fullClone", "numCPUs": int64(2), "memoryMiB": int64(2048),
+				"network": map[string]any{"devices": []any{map[string]any{"networkName": vsphere.Network, "dhcp4": true}}}},
+		}},
+		&clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name + "-0", Namespace: ns, Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
+			Spec: clusterv1.MachineSpec{ClusterName: name, Bootstrap: clusterv1.Bootstrap{DataSecretName: ptrTo(name + "-bootstrap")},
+				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "VSphereMachine", Name: name + "-0"}}},
+	}
+	for _, o := range objs {
+		if err := c.Create(ctx, o); err != nil {
+			t.Fatalf("creating %T %s: %v", o, o.GetName(), err)
+		}
+	}
+	var g vsphere.GuestStatus
+	framework.Eventually(t, 3*time.Minute, func() error {
+		var on bool
+		if g, on = s.bridge.Guest(name + "-0"); !on {
+			return fmt.Errorf("VM %s-0 is not powered on yet", name)
+		}
+		return nil
+	})
+	if g.Refused == nil || g.Node != nil || !strings.Contains(g.Refused.Error(), "has no guestinfo.userdata.encoding key") {
+		t.Fatalf("the guest of a VM with ignition data: node %v, refused %v; want no node, refused for want of guestinfo.userdata", g.Node, g.Refused)
+	}
+	t.Logf("the guest refused: %v", g.Refused)
+	// CAPV keeps waiting for an address: the VSphereMachine is not provisioned.
+	vsm := &unstructured.Unstructured{}
+	vsm.SetGroupVersionKind(vsphere.VSphereVMGVK.GroupVersion().WithKind("VSphereMachine"))
+	framework.Consistently(t, 15*time.Second, func() error {
+		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-0"}, vsm); err != nil {
+			return err
+		}
+		if p, _, _ := unstructured.NestedBool(vsm.Object, "status", "initialization", "provisioned"); p {
+			return fmt.Errorf("the VSphereMachine is provisioned although its guest reported no address: %s", conditionSummary(vsm))
+		}
+		return nil
+	})
+	t.Logf("CAPV waits: VSphereMachine %s conditions [%s]", vsm.GetName(), conditionSummary(vsm))
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// observe reads the control plane's state once and says whether it is done: the one Machine has
+// its provider ID and node, the node runs, the KairosControlPlane is Available.
+func (s *stack) observe(ctx context.Context, ns, name string, cluster *clusterv1.Cluster, kcp *controlplanev1.KairosControlPlane, machine **clusterv1.Machine, guest *vsphere.GuestStatus) (string, bool, error) {
+	c := s.h.Client
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, cluster); err != nil {
+		return "", false, err
+	}
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-control-plane"}, kcp); err != nil {
+		return "", false, err
+	}
+	machines := &clusterv1.MachineList{}
+	if err := c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.MachineControlPlaneLabel: ""}); err != nil {
+		return "", false, err
+	}
+	parts := []string{fmt.Sprintf("KCP Available=%s", condition(kcp, controlplanev1.AvailableCondition))}
+	var m *clusterv1.Machine
+	if len(machines.Items) == 1 {
+		m = &machines.Items[0]
+	}
+	*machine = m
+	if m == nil {
+		parts = append(parts, fmt.Sprintf("%d control-plane Machines", len(machines.Items)))
+		return strings.Join(parts, "; "), false, nil
+	}
+	parts = append(parts, fmt.Sprintf("Machine %s providerID=%q nodeRef=%q phase=%s", m.Name, m.Spec.ProviderID, m.Status.NodeRef.Name, m.Status.Phase))
+	vmName := m.Spec.InfrastructureRef.Name
+	vsm := &unstructured.Unstructured{}
+	vsm.SetGroupVersionKind(vsphere.VSphereVMGVK.GroupVersion().WithKind("VSphereMachine"))
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: vmName}, vsm); err == nil {
+		p, _, _ := unstructured.NestedBool(vsm.Object, "status", "initialization", "provisioned")
+		parts = append(parts, fmt.Sprintf("VSphereMachine provisioned=%v [%s]", p, conditionSummary(vsm)))
+	}
+	g, ok := s.bridge.Guest(vmName)
+	*guest = g
+	switch {
+	case !ok:
+		parts = append(parts, "VM not powered on")
+	case g.Refused != nil:
+		return "", false, fmt.Errorf("the guest of VM %s runs no node: %v", vmName, g.Refused)
+	case g.Node != nil:
+		st := g.Node.Status()
+		if st.Phase == simnode.PhaseRefused {
+			return "", false, fmt.Errorf("the Kairos node of VM %s refused to start: %s: %s", vmName, st.Reason, st.Message)
+		}
+		parts = append(parts, fmt.Sprintf("node %s %s/%s reported=%q", st.NodeName, st.Phase, st.Reason, g.ReportedIP))
+	}
+	parts = append(parts, fmt.Sprintf("Machine EtcdMemberHealthy=%s KCP EtcdClusterHealthy=%s",
+		condition(m, controlplanev1.MachineEtcdMemberHealthyCondition), condition(kcp, controlplanev1.EtcdClusterHealthyCondition)))
+	done := ok && g.Node != nil && g.Node.Status().Phase == simnode.PhaseRunning &&
+		m.Spec.ProviderID != "" && m.Status.NodeRef.IsDefined() && conditions.IsTrue(kcp, controlplanev1.AvailableCondition) &&
+		conditions.IsTrue(m, controlplanev1.MachineEtcdMemberHealthyCondition) && conditions.IsTrue(kcp, controlplanev1.EtcdClusterHealthyCondition)
+	return strings.Join(parts, "; "), done, nil
+}
+
+func condition(obj conditions.Getter, t string) string {
+	c := conditions.Get(obj, t)
+	if c == nil {
+		return "unset"
+	}
+	if c.Reason != "" {
+		return fmt.Sprintf("%s(%s)", c.Status, c.Reason)
+	}
+	return string(c.Status)
+}
+
+func conditionSummary(u *unstructured.Unstructured) string {
+	list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	var parts []string
+	for _, item := range list {
+		m, _ := item.(map[string]any)
+		parts = append(parts, fmt.Sprintf("%v=%v(%v)", m["type"], m["status"], m["reason"]))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, " ")
+}
+
+func tail(out string, n int) string {
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
