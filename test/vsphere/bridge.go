@@ -77,7 +77,6 @@ type guest struct {
 	mac        string // the MAC of its first NIC
 	node       *simnode.Node
 	refused    error  // why no node boots (user data that does not decode)
-	metadata   string // the decoded guestinfo.metadata
 	hostname   string // metadata's local-hostname
 	reportedIP string // what Tools last reported
 }
@@ -254,7 +253,6 @@ func (b *Bridge) boot(ctx context.Context, vm *mo.VirtualMachine) (*guest, error
 	files := map[string]string{UserDataPath: string(data.userData)}
 	if data.metadataErr == nil {
 		files[MetadataPath] = string(data.metadata)
-		g.metadata = string(data.metadata)
 		var md struct {
 			LocalHostname string `json:"local-hostname"`
 		}
@@ -269,17 +267,14 @@ func (b *Bridge) boot(ctx context.Context, vm *mo.VirtualMachine) (*guest, error
 	if err != nil {
 		return nil, err
 	}
-	name := g.hostname
-	if name == "" {
-		name = vm.Name
-	}
 	node, err := b.o.Registry.StartNode(simnode.NodeSpec{
 		Namespace: namespace,
-		// The node name when the document sets no hostname. Kairos does not apply the
-		// metadata's local-hostname (yip's VMware provider writes no hostname file, which
-		// is what YIP/pkg/plugins/datasource.go would apply), so a document without a
-		// hostname gets another name than CAPV expects: the tests check that they agree.
-		Name: name,
+		// The node name when the document sets no hostname: the machine's name, as for the
+		// lifecycle tests' machines, never the metadata's local-hostname, which Kairos does not
+		// apply (yip's VMware provider writes no hostname file, which is what
+		// YIP/pkg/plugins/datasource.go would apply). Kairos-capi's documents set the hostname;
+		// the tests check it agrees with the local-hostname CAPV expects.
+		Name: vm.Name,
 		// The registry's key for the machine, as CAPV spells it (CAPV/pkg/util/machines.go
 		// ConvertUUIDToProviderID). The node does not know it: its Node gets what its
 		// document gives it.

@@ -37,6 +37,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
@@ -256,7 +257,7 @@ func machineStage(ctx context.Context, c client.Client, vc *vsphere.VCSim, manag
 			Labels: map[string]string{clusterv1.ClusterNameLabel: clusterName}},
 		Spec: clusterv1.MachineSpec{
 			ClusterName: clusterName,
-			Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptrTo(name + "-bootstrap")},
+			Bootstrap:   clusterv1.Bootstrap{DataSecretName: ptr.To(name + "-bootstrap")},
 			InfrastructureRef: clusterv1.ContractVersionedObjectReference{
 				APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "VSphereMachine", Name: name,
 			},
@@ -390,8 +391,6 @@ func checkGuestinfo(props *mo.VirtualMachine, userdata string) error {
 	}
 	return nil
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 func conditionSummary(u *unstructured.Unstructured) string {
 	list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
