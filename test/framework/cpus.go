@@ -6,9 +6,13 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"k8s.io/client-go/rest"
 
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
@@ -143,4 +147,36 @@ func Tuned(env *envtest.Environment) *envtest.Environment {
 	}
 	env.ControlPlane.GetAPIServer().Configure().Set("watch-cache", "false")
 	return env
+}
+
+// managementGOGC is the garbage collector's target (GOGC) of the management API servers, their
+// etcd and the test process that starts them (which runs the providers' managers): 400 instead
+// of Go's 100. These live for a whole test package and hold large heaps, so they collected
+// often; with 24 GiB and a few of them at a time, memory is what this machine has to spare and
+// CPU is what make test's time goes to (issue 32). Measured with perf over the whole lifecycle
+// package (AMD EPYC, 2 cores): the management API server used 356 CPU-seconds instead of 424,
+// the test binary 316 instead of 363. The simulated clusters' API servers and etcd members keep
+// Go's default: they are short-lived, and a higher target only moved their time from the
+// collector to page faults.
+const managementGOGC = 400
+
+// startMu serialises StartTuned's change of the process environment.
+var startMu sync.Mutex
+
+// StartTuned starts env, Tuned, with its etcd and API server (which take the environment of
+// this process: envtest has no per-process one) and this process collecting garbage at
+// managementGOGC, unless GOGC is set already.
+func StartTuned(env *envtest.Environment) (*rest.Config, error) {
+	Tuned(env)
+	startMu.Lock()
+	defer startMu.Unlock()
+	if _, set := os.LookupEnv("GOGC"); set {
+		return env.Start()
+	}
+	debug.SetGCPercent(managementGOGC)
+	if err := os.Setenv("GOGC", strconv.Itoa(managementGOGC)); err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.Unsetenv("GOGC") }()
+	return env.Start()
 }

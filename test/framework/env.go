@@ -181,13 +181,13 @@ func Start(o Options) (*Environment, error) {
 	if err != nil {
 		return nil, err
 	}
-	env := Tuned(&envtest.Environment{
+	env := &envtest.Environment{
 		BinaryAssetsDirectory: dir,
 		CRDs:                  o.CRDs,
 		ErrorIfCRDPathMissing: true,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{MutatingWebhooks: mutating, ValidatingWebhooks: validating},
-	})
-	cfg, err := env.Start()
+	}
+	cfg, err := StartTuned(env)
 	if err != nil {
 		return nil, fmt.Errorf("starting envtest: %w", err)
 	}

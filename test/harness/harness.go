@@ -342,13 +342,13 @@ func (h *Harness) startEnv() error {
 	if err != nil {
 		return err
 	}
-	env := framework.Tuned(&envtest.Environment{
+	env := &envtest.Environment{
 		BinaryAssetsDirectory: assets,
 		CRDs:                  crds,
 		ErrorIfCRDPathMissing: true,
 		WebhookInstallOptions: envtest.WebhookInstallOptions{MutatingWebhooks: mutating, ValidatingWebhooks: validating},
-	})
-	cfg, err := env.Start()
+	}
+	cfg, err := framework.StartTuned(env)
 	if err != nil {
 		return fmt.Errorf("starting the management API server: %w", err)
 	}
