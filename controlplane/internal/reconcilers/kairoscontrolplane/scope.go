@@ -116,6 +116,16 @@ func (s *scope) clusterKey() client.ObjectKey {
 
 func (s *scope) desiredReplicas() int { return int(ptr.Deref(s.kcp.Spec.Replicas, 1)) }
 
+// scalingTarget is what the scaling conditions measure the control plane against:
+// spec.replicas, or none once it is being deleted, as KubeadmControlPlane's do (a control plane
+// on its way out is not "scaling up from 0 to 3").
+func (s *scope) scalingTarget() int {
+	if !s.kcp.DeletionTimestamp.IsZero() {
+		return 0
+	}
+	return s.desiredReplicas()
+}
+
 func (s *scope) initialized() bool {
 	return ptr.Deref(s.kcp.Status.Initialization.ControlPlaneInitialized, false)
 }

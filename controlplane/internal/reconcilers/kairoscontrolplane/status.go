@@ -142,7 +142,7 @@ func (s *scope) inPlaceProgress(m *clusterv1.Machine) string {
 }
 
 func setScalingUpCondition(s *scope) {
-	active, desired := s.activeMachines().Len(), s.desiredReplicas()
+	active, desired := s.activeMachines().Len(), s.scalingTarget()
 	c := metav1.Condition{Type: controlplanev1.ScalingUpCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotScalingUpReason}
 	if active < desired {
 		c = metav1.Condition{Type: controlplanev1.ScalingUpCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.ScalingUpReason,
@@ -152,7 +152,7 @@ func setScalingUpCondition(s *scope) {
 }
 
 func setScalingDownCondition(s *scope) {
-	active, desired := s.activeMachines().Len(), s.desiredReplicas()
+	active, desired := s.activeMachines().Len(), s.scalingTarget()
 	c := metav1.Condition{Type: controlplanev1.ScalingDownCondition, Status: metav1.ConditionFalse, Reason: controlplanev1.NotScalingDownReason}
 	if active > desired {
 		c = metav1.Condition{Type: controlplanev1.ScalingDownCondition, Status: metav1.ConditionTrue, Reason: controlplanev1.ScalingDownReason,

@@ -342,6 +342,12 @@ func TestSetScalingUpCondition(t *testing.T) {
 			},
 			want: metav1.Condition{Status: metav1.ConditionTrue, Reason: controlplanev1.ScalingUpReason,
 				Message: "scaling up from 2 to 3 replicas"}},
+		{name: "a control plane being deleted does not scale up, though its Machines go",
+			setup: func(f *fixture) {
+				deletingControlPlane(f)
+				f.machine("m3", time.Hour, deleting(time.Minute, ""))
+			},
+			want: metav1.Condition{Status: metav1.ConditionFalse, Reason: controlplanev1.NotScalingUpReason}},
 	})
 }
 
@@ -379,6 +385,10 @@ func TestSetScalingDownCondition(t *testing.T) {
 				f.machine("m4", time.Minute, deleting(time.Minute, ""))
 			},
 			want: metav1.Condition{Status: metav1.ConditionFalse, Reason: controlplanev1.NotScalingDownReason}},
+		{name: "a control plane being deleted scales down to none",
+			setup: deletingControlPlane,
+			want: metav1.Condition{Status: metav1.ConditionTrue, Reason: controlplanev1.ScalingDownReason,
+				Message: "scaling down from 2 to 0 replicas"}},
 	})
 }
 
