@@ -3,7 +3,9 @@ module github.com/kairos-capi/kairos-capi/test
 go 1.26.5
 
 require (
+	github.com/aws/aws-sdk-go-v2 v1.41.5
 	github.com/go-logr/logr v1.4.4
+	github.com/johannesboyne/gofakes3 v1.2.0
 	github.com/kairos-capi/kairos-capi/bootstrap v0.2.0
 	github.com/kairos-capi/kairos-capi/bootstrap/api v0.2.0
 	github.com/kairos-capi/kairos-capi/common v0.2.0
@@ -32,6 +34,13 @@ require (
 	sigs.k8s.io/kustomize/api v0.21.2
 	sigs.k8s.io/kustomize/kyaml v0.21.2
 	sigs.k8s.io/yaml v1.6.0
+)
+
+require (
+	github.com/aws/smithy-go v1.24.2 // indirect
+	github.com/ryszard/goskiplist v0.0.0-20150312221310-2dfbae5fcf46 // indirect
+	go.shabbyrobe.org/gocovmerge v0.0.0-20230507111327-fa4f82cfbf4d // indirect
+	golang.org/x/tools v0.49.0 // indirect
 )
 
 require (

@@ -26,6 +26,8 @@ const (
 	// StageAfterUpgrade is an action stage: kairos-agent runs it after writing a new image, before
 	// the reboot into it.
 	StageAfterUpgrade = "after-upgrade"
+	// StageBeforeUpgrade is an action stage: kairos-agent runs it before it writes a new image.
+	StageBeforeUpgrade = "before-upgrade"
 )
 
 // Config is a Kairos cloud-config document.

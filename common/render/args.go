@@ -122,6 +122,17 @@ var k3sManagedEnv = map[string]string{
 	"K3S_DATA_DIR": "data-dir", "K3S_CONFIG_FILE": "config",
 }
 
+// k3sSnapshotEnv are the environment variables k3s reads as its S3 credentials flags (k3s
+// pkg/cli/cmds/server.go, EtcdS3AccessKey and EtcdS3SecretKey): managed only while
+// etcdSnapshots is set, so that configs without it keep passing them.
+var k3sSnapshotEnv = map[string]string{"AWS_ACCESS_KEY_ID": "etcd-s3-access-key", "AWS_SECRET_ACCESS_KEY": "etcd-s3-secret-key"}
+
+// isK3sSnapshotFlag reports whether a k3s flag configures etcd snapshots or their S3 upload,
+// which the renderer sets from etcdSnapshots (docs.k3s.io/cli/etcd-snapshot).
+func isK3sSnapshotFlag(name string) bool {
+	return strings.HasPrefix(name, "etcd-s3") || strings.HasPrefix(name, "etcd-snapshot") || name == "etcd-disable-snapshots"
+}
+
 // argFlags returns the long names of the flags an argument item sets; none
 // when the item is a value.
 func argFlags(d Distribution, item string) []string {
@@ -168,6 +179,9 @@ func (n *Node) flagProblem(name string) string {
 			return "is managed by kairos-capi: " + m.why
 		}
 	}
+	if n.EtcdSnapshots != nil && n.Distribution == K3s && isK3sSnapshotFlag(name) {
+		return "is managed by kairos-capi: etcd snapshots are configured by etcdSnapshots (spec.etcd.snapshots of a KairosControlPlane), which writes " + K3sEtcdSnapshotConfigPath
+	}
 	if n.Role != RoleWorker {
 		return ""
 	}
@@ -198,6 +212,9 @@ func (n *Node) checkArgs(p *problems) {
 		return
 	}
 	for k := range n.Env {
+		if flag, ok := k3sSnapshotEnv[k]; ok && n.EtcdSnapshots != nil {
+			p.add("Env."+k, "k3s reads it as --%s, which %s", flag, n.flagProblem(flag))
+		}
 		if flag, ok := k3sManagedEnv[k]; ok {
 			if why := n.flagProblem(flag); why != "" {
 				p.add("Env."+k, "k3s reads it as --%s, which %s", flag, why)

@@ -213,6 +213,25 @@ func goldenCases() []goldenCase {
 			setK3sTokens(tb, p, &n)
 			return n
 		}},
+		{name: "k0s-etcd-snapshots", node: func(tb testing.TB, p *PKI) Node {
+			n := node(K0s, RoleControlPlane)
+			n.Init = true
+			n.SingleNode = true
+			n.Hostname = "site-a-cp-x7k2p"
+			n.PKI = p
+			n.EtcdSnapshots = fixtureEtcdSnapshots(p)
+			return n
+		}},
+		{name: "k3s-etcd-snapshots", node: func(tb testing.TB, p *PKI) Node {
+			n := node(K3s, RoleControlPlane)
+			n.Init = true
+			n.SingleNode = true
+			n.Hostname = "site-a-cp-x7k2p"
+			n.PKI = p
+			setK3sTokens(tb, p, &n)
+			n.EtcdSnapshots = fixtureEtcdSnapshots(p)
+			return n
+		}},
 		{name: "k3s-worker", node: func(tb testing.TB, p *PKI) Node {
 			n := node(K3s, RoleWorker)
 			n.HostnamePrefix = "demo-md-"
@@ -368,4 +387,20 @@ func k0sInitControlPlane(tb testing.TB, p *PKI) Node {
 	n.Env = map[string]string{"HTTP_PROXY": "http://proxy.example.com:3128", "NO_PROXY": "10.0.0.0/8,.svc"}
 	n.Config = "spec:\n  network:\n    provider: calico\n  telemetry:\n    enabled: false\n"
 	return n
+}
+
+// fixtureEtcdSnapshots is a store with a private CA (the fixture cluster CA stands in for it)
+// and a secret key with the characters curl's config quotes.
+func fixtureEtcdSnapshots(p *PKI) *EtcdSnapshots {
+	return &EtcdSnapshots{
+		Schedule:        "0 */6 * * *",
+		Retention:       7,
+		Endpoint:        "s3.example.com:9000",
+		Bucket:          "site-backups",
+		Folder:          "edge/eu/default/demo",
+		Region:          "eu-west-1",
+		CABundle:        string(p.ClusterCA.Cert),
+		AccessKeyID:     "AKIAFIXTURE0000",
+		SecretAccessKey: `fixture"secret\key/+0000`,
+	}
 }

@@ -237,6 +237,7 @@ func (b *builder) build() error {
 		b.k3sAgent()
 	}
 	b.bootstrapFiles()
+	b.etcdSnapshots()
 
 	arm := b.bootAssessmentArmStep()
 
@@ -290,6 +291,8 @@ func (b *builder) build() error {
 			Commands: []string{"/bin/sh " + PreCommandsScript + " && touch " + PreCommandsMarker},
 		})
 	}
+	snapshotTimer, beforeUpgrade := b.etcdSnapshotSteps()
+	network = append(network, snapshotTimer...)
 	network = append(network, cloudconfig.Step{
 		Name: stepBootstrap,
 		If:   notInstallerOrRecovery,
@@ -308,6 +311,9 @@ func (b *builder) build() error {
 		cloudconfig.StageBoot:             boot,
 		cloudconfig.StageNetwork:          network,
 		cloudconfig.StageAfterUpgrade:     {bootAssessmentUpgradeStep()},
+	}
+	if len(beforeUpgrade) > 0 {
+		c.Stages[cloudconfig.StageBeforeUpgrade] = beforeUpgrade
 	}
 	return nil
 }

@@ -701,8 +701,9 @@ func TestEveryFieldIsUsed(t *testing.T) {
 			n.Endpoint.Host = "192.0.2.10"
 			n.VIP = &VIP{Address: "192.0.2.10"}
 		},
-		"Args": func(n *Node) { n.Args = []string{"--debug"} },
-		"Env":  func(n *Node) { n.Env = map[string]string{"A": "b"} },
+		"EtcdSnapshots": func(n *Node) { n.EtcdSnapshots = fixtureEtcdSnapshots(p) },
+		"Args":          func(n *Node) { n.Args = []string{"--debug"} },
+		"Env":           func(n *Node) { n.Env = map[string]string{"A": "b"} },
 		"Config": func(n *Node) {
 			n.Config = map[Distribution]string{K0s: "spec:\n  telemetry:\n    enabled: false\n", K3s: "x: 1\n"}[n.Distribution]
 		},

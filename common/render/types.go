@@ -177,6 +177,9 @@ type Node struct {
 	// only): a partial ClusterConfig merged into the generated one, a key set
 	// by both is an error. k3s: a config.yaml.d file.
 	Config string
+	// EtcdSnapshots (control plane only) makes the node snapshot its etcd
+	// member to an S3-compatible store (snapshots.go).
+	EtcdSnapshots *EtcdSnapshots
 }
 
 // Paths and names the rendered document uses on the node.

@@ -117,6 +117,7 @@ func (n *Node) validate() (validated, error) {
 	validateCommands(&p, "PostCommands", n.PostCommands)
 	n.validateManifests(&p)
 	n.validateOptions(&p)
+	n.validateEtcdSnapshots(&p)
 	n.validateControlPlanePKI(&p)
 	n.validateJoinToken(&p)
 	out.k0sConfig = n.validateConfig(&p)

@@ -52,6 +52,7 @@ func ValidateKairosControlPlaneSpec(s *controlplanev1.KairosControlPlaneSpec, fl
 	}
 	errs = append(errs, s.MachineTemplate.ObjectMeta.Validate(fld.Child("machineTemplate", "metadata"))...)
 	errs = append(errs, validateShared(fld, s.Distribution, &s.KairosConfigSpec, s.KairosConfigTemplate, &s.Rollout, &s.MachineNaming, &s.Kubeconfig)...)
+	errs = append(errs, validateEtcd(&s.Etcd, &s.KairosConfigSpec, fld)...)
 	// The embedded spec has no kubernetesVersion (spec.version applies, validateShared): its image
 	// must ship spec.version. An image of the other distribution is reported by the embedded
 	// spec's own validation.
@@ -118,7 +119,21 @@ func ValidateKairosControlPlaneSpecUpdate(s, old *controlplanev1.KairosControlPl
 // ValidateKairosControlPlaneTemplateResourceSpec checks a defaulted template spec.
 func ValidateKairosControlPlaneTemplateResourceSpec(s *controlplanev1.KairosControlPlaneTemplateResourceSpec, fld *field.Path) field.ErrorList {
 	errs := s.MachineTemplate.ObjectMeta.Validate(fld.Child("machineTemplate", "metadata"))
-	return append(errs, validateShared(fld, s.Distribution, &s.KairosConfigSpec, s.KairosConfigTemplate, &s.Rollout, &s.MachineNaming, &s.Kubeconfig)...)
+	errs = append(errs, validateShared(fld, s.Distribution, &s.KairosConfigSpec, s.KairosConfigTemplate, &s.Rollout, &s.MachineNaming, &s.Kubeconfig)...)
+	return append(errs, validateEtcd(&s.Etcd, &s.KairosConfigSpec, fld)...)
+}
+
+// msgSnapshotsInConfigSpec is the CEL rule's message (embeddedConfigRules).
+const msgSnapshotsInConfigSpec = "the control plane sets it from spec.etcd.snapshots: move it there"
+
+// validateEtcd checks spec.etcd: the snapshots with the bootstrap provider's rules, and no
+// snapshots in kairosConfigSpec, where the control plane puts spec.etcd.snapshots itself.
+func validateEtcd(etcd *controlplanev1.KairosControlPlaneEtcdSpec, cfg *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
+	errs := kcvalidation.ValidateEtcdSnapshots(etcd.Snapshots, fld.Child("etcd", "snapshots"))
+	if cfg.EtcdSnapshots != nil {
+		errs = append(errs, field.Forbidden(fld.Child("kairosConfigSpec", "etcdSnapshots"), msgSnapshotsInConfigSpec))
+	}
+	return errs
 }
 
 // validateShared checks the fields a KairosControlPlane and its template have in common.

@@ -56,6 +56,37 @@ var celCases = []struct {
 	}, "kairosConfigSpec.hostnamePrefix", "use hostnamePrefix only"},
 	{"embedded file without content", func(s *cpSpec) { s.KairosConfigSpec.Files = []bootstrapv1.File{{Path: "/etc/motd"}} },
 		"kairosConfigSpec.files[0].content", "set content, or contentFrom"},
+	// etcd snapshots: the control plane sets kairosConfigSpec.etcdSnapshots from spec.etcd.snapshots.
+	{"embedded etcd snapshots", func(s *cpSpec) { s.KairosConfigSpec.EtcdSnapshots = snapshots() },
+		"kairosConfigSpec.etcdSnapshots", "the control plane sets it from spec.etcd.snapshots: move it there"},
+	{"snapshot schedule of four fields", func(s *cpSpec) { s.Etcd.Snapshots = snapshots(); s.Etcd.Snapshots.Schedule = "0 */12 * *" },
+		"etcd.snapshots.schedule", "must be a cron expression of five fields (minute hour day-of-month month day-of-week), for example '0 */12 * * *'"},
+	{"snapshot endpoint with a scheme", func(s *cpSpec) {
+		s.Etcd.Snapshots = snapshots()
+		s.Etcd.Snapshots.S3.Endpoint = "https://s3.example.com"
+	},
+		"etcd.snapshots.s3.endpoint", "endpoint is host[:port] without a scheme: snapshots always go over HTTPS (set caBundle for a private CA)"},
+	{"snapshot endpoint with a path", func(s *cpSpec) {
+		s.Etcd.Snapshots = snapshots()
+		s.Etcd.Snapshots.S3.Endpoint = "s3.example.com/backups"
+	},
+		"etcd.snapshots.s3.endpoint", "endpoint is host[:port] without a path: put the folder in prefix"},
+	{"snapshot bucket name", func(s *cpSpec) { s.Etcd.Snapshots = snapshots(); s.Etcd.Snapshots.S3.Bucket = "Site_Backups" },
+		"etcd.snapshots.s3.bucket", "must be an S3 bucket name"},
+	{"snapshot prefix with a leading slash", func(s *cpSpec) { s.Etcd.Snapshots = snapshots(); s.Etcd.Snapshots.S3.Prefix = "/edge" },
+		"etcd.snapshots.s3.prefix", "without a leading or trailing '/'"},
+	{"snapshot region", func(s *cpSpec) { s.Etcd.Snapshots = snapshots(); s.Etcd.Snapshots.S3.Region = "EU West" },
+		"etcd.snapshots.s3.region", "must be a region name of lowercase letters, digits and hyphens, for example eu-west-1"},
+	{"snapshot CA that is not PEM", func(s *cpSpec) { s.Etcd.Snapshots = snapshots(); s.Etcd.Snapshots.S3.CABundle = "MIIC..." },
+		"etcd.snapshots.s3.caBundle", "must hold PEM certificates (-----BEGIN CERTIFICATE-----)"},
+}
+
+// snapshots are valid etcd snapshot settings.
+func snapshots() *bootstrapv1.EtcdSnapshots {
+	return &bootstrapv1.EtcdSnapshots{S3: bootstrapv1.EtcdSnapshotS3{
+		Endpoint: "s3.example.com:9000", Bucket: "site-backups", Prefix: "edge/eu",
+		CredentialsSecret: bootstrapv1.S3CredentialsSecretReference{Name: "s3"},
+	}}
 }
 
 // celAccepted must pass the rules: what a control-plane Machine may have.
@@ -73,6 +104,10 @@ var celAccepted = []struct {
 		s.KairosConfigSpec.Manifests = []bootstrapv1.Manifest{{Name: "cni.yaml", Content: "kind: ConfigMap"}}
 		s.KairosConfigSpec.K0s = &bootstrapv1.DistributionOptions{Config: "spec: {}"}
 		s.KairosConfigSpec.VirtualIP = &bootstrapv1.VirtualIP{Address: "192.0.2.10"}
+	}},
+	{"etcd snapshots", func(s *cpSpec) {
+		s.Etcd.Snapshots = snapshots()
+		s.Etcd.Snapshots.Schedule, s.Etcd.Snapshots.S3.Region = "30 2 * * 1-5", "eu-west-1"
 	}},
 	{"a config template instead", func(s *cpSpec) {
 		s.KairosConfigSpec = bootstrapv1.KairosConfigSpec{}
@@ -96,6 +131,7 @@ func TestCELRulesWithoutWebhooks(t *testing.T) {
 			Spec: controlplanev1.KairosControlPlaneTemplateSpec{Template: controlplanev1.KairosControlPlaneTemplateResource{
 				Spec: controlplanev1.KairosControlPlaneTemplateResourceSpec{
 					Distribution: spec.Distribution, KairosConfigSpec: spec.KairosConfigSpec, KairosConfigTemplate: spec.KairosConfigTemplate,
+					Etcd: spec.Etcd,
 				},
 			}},
 		})

@@ -173,6 +173,18 @@ var invalidControlPlanes = []struct {
 	{"embedded fragment with a literal hostname", func(s *cpSpec) {
 		s.KairosConfigSpec.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{{Name: "host", Content: "hostname: cp"}}
 	}, []string{"spec.kairosConfigSpec.cloudConfigFragments[0].content", `sets the literal hostname "cp"`}},
+	// etcd snapshots: what CEL cannot check, the webhook does (the cron grammar) or the dry
+	// render does (host[:port], the certificates), reported at spec.etcd.snapshots.
+	{"snapshot schedule cron and systemd read differently", func(s *cpSpec) {
+		s.Etcd.Snapshots = snapshots()
+		s.Etcd.Snapshots.Schedule = "0 0 1 * 1"
+	}, []string{"spec.etcd.snapshots.schedule", "restricts both day of month and day of week", "set one of them to *"}},
+	{"snapshot endpoint port", func(s *cpSpec) { s.Etcd.Snapshots = snapshots(); s.Etcd.Snapshots.S3.Endpoint = "s3.example.com:99999" },
+		[]string{"spec.etcd.snapshots.s3.endpoint", "is not host[:port]"}},
+	{"snapshot CA bundle that does not parse", func(s *cpSpec) {
+		s.Etcd.Snapshots = snapshots()
+		s.Etcd.Snapshots.S3.CABundle = "-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n"
+	}, []string{"spec.etcd.snapshots.s3.caBundle", "is not a list of PEM certificates"}},
 }
 
 func assertRejected(t *testing.T, err error, want []string) {

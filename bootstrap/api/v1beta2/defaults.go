@@ -38,6 +38,9 @@ func (s *KairosConfigSpec) Default() {
 		}
 		defaultSecretKey(f.ContentFrom)
 	}
+	if s.EtcdSnapshots != nil {
+		s.EtcdSnapshots.Default()
+	}
 	if s.Install != nil {
 		if s.Install.Auto == nil {
 			auto := true

@@ -229,6 +229,13 @@ type KairosConfigSpec struct {
 	// +optional
 	K3s *DistributionOptions `json:"k3s,omitempty"`
 
+	// etcdSnapshots makes a control-plane node take snapshots of its etcd member on a schedule,
+	// before every in-place upgrade and on demand, and upload them to an S3-compatible store
+	// (docs/backups.md). Only on control-plane configs; a KairosControlPlane sets it from its
+	// spec.etcd.snapshots.
+	// +optional
+	EtcdSnapshots *EtcdSnapshots `json:"etcdSnapshots,omitempty"`
+
 	// cloudConfigFragments are user cloud-config documents merged into the generated one:
 	// lists are appended or prepended, maps merge, and a key or file path set by two
 	// sources is an error that names both. Each fragment, inline or from a Secret, is read
@@ -524,6 +531,7 @@ type ProviderIDSpec struct {
 // +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.virtualIP) || (has(self.spec.role) && self.spec.role == 'control-plane')",message="only control-plane nodes hold the virtual IP: remove it from worker configs",fieldPath=".spec.virtualIP",reason="FieldValueForbidden"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.k0s) || !has(self.spec.distribution) || self.spec.distribution == 'k0s'",messageExpression="'k0s options do not apply to distribution ' + self.spec.distribution + ': move them to spec.k3s or set distribution: k0s'",fieldPath=".spec.k0s",reason="FieldValueForbidden"
 // +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.k3s) || (has(self.spec.distribution) && self.spec.distribution == 'k3s')",messageExpression="'k3s options do not apply to distribution ' + (has(self.spec.distribution) ? self.spec.distribution : 'k0s') + ': move them to spec.k0s or set distribution: k3s'",fieldPath=".spec.k3s",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.spec) || !has(self.spec.etcdSnapshots) || (has(self.spec.role) && self.spec.role == 'control-plane')",message="only control-plane nodes run etcd: remove etcdSnapshots from worker configs",fieldPath=".spec.etcdSnapshots",reason="FieldValueForbidden"
 type nodeSpecRules struct{}
 
 // +kubebuilder:object:root=true

@@ -55,6 +55,7 @@ func Render(spec *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList
 
 	in := userdata.Inputs{
 		ClusterName:       "admission",
+		Namespace:         "admission",
 		Endpoint:          render.Endpoint{Host: "192.0.2.1", Port: 6443},
 		KubernetesVersion: spec.KubernetesVersion,
 		Secrets:           map[userdata.Ref]string{},

@@ -137,6 +137,23 @@ func locateField(spec *bootstrapv1.KairosConfigSpec, in Inputs, field string) Pr
 			return inSpec("sshPublicKey")
 		}
 		return inSpec("userName")
+	case "EtcdSnapshots":
+		switch rest {
+		case ".Schedule", ".Retention":
+			return inSpec("etcdSnapshots" + lowerFirst(rest))
+		case ".Folder":
+			return inSpec("etcdSnapshots.s3.prefix")
+		case ".Endpoint", ".Bucket", ".Region":
+			return inSpec("etcdSnapshots.s3" + lowerFirst(rest))
+		case ".CABundle":
+			return inSpec("etcdSnapshots.s3.caBundle")
+		case "":
+			if spec.EtcdSnapshots != nil {
+				// The credentials: name the Secret, never its values.
+				return Problem{Field: "etcdSnapshots.s3.credentialsSecret", Spec: true, Source: "Secret " + spec.EtcdSnapshots.S3.CredentialsSecret.Name}
+			}
+		}
+		return inSpec("etcdSnapshots")
 	case "Image":
 		return inSpec("image")
 	case "Hostname":

@@ -7,6 +7,7 @@ package userdata
 
 import (
 	"fmt"
+	"path"
 	"strconv"
 	"strings"
 
@@ -35,7 +36,10 @@ func RefOf(r *bootstrapv1.SecretKeyReference) Ref {
 // Inputs is everything rendering needs besides the spec.
 type Inputs struct {
 	ClusterName string
-	Endpoint    render.Endpoint
+	// Namespace is the Cluster's: etcd snapshots go to <prefix>/<namespace>/<cluster>/, so that
+	// clusters of one name in two namespaces never share a folder.
+	Namespace string
+	Endpoint  render.Endpoint
 	// Network is the Cluster's spec.clusterNetwork.
 	Network           render.Network
 	KubernetesVersion string
@@ -81,7 +85,51 @@ func References(spec *bootstrapv1.KairosConfigSpec) []Ref {
 	for i := range spec.CloudConfigFragments {
 		add(spec.CloudConfigFragments[i].ContentFrom)
 	}
+	for _, r := range etcdSnapshotCredentials(spec) {
+		add(&bootstrapv1.SecretKeyReference{Name: r.Name, Key: r.Key})
+	}
 	return refs
+}
+
+// etcdSnapshotCredentials are the two keys of the etcd snapshots' credentials Secret: the
+// access key ID, then the secret access key. None without etcdSnapshots.
+func etcdSnapshotCredentials(spec *bootstrapv1.KairosConfigSpec) []Ref {
+	if spec.EtcdSnapshots == nil {
+		return nil
+	}
+	name := spec.EtcdSnapshots.S3.CredentialsSecret.Name
+	return []Ref{{Name: name, Key: bootstrapv1.EtcdSnapshotAccessKeyIDKey}, {Name: name, Key: bootstrapv1.EtcdSnapshotSecretAccessKeyKey}}
+}
+
+// etcdSnapshots maps a defaulted spec's etcdSnapshots onto the renderer's model, with the
+// credentials read from their Secret.
+func etcdSnapshots(spec *bootstrapv1.KairosConfigSpec, in Inputs) (*render.EtcdSnapshots, error) {
+	e := spec.EtcdSnapshots
+	if e == nil {
+		return nil, nil
+	}
+	creds := etcdSnapshotCredentials(spec)
+	values := make([]string, len(creds))
+	for i, r := range creds {
+		v, ok := in.Secrets[r]
+		if !ok {
+			return nil, fmt.Errorf("etcd snapshots: the content of Secret key %s was not provided", r)
+		}
+		// kubectl create secret --from-file keeps a file's trailing newline, which is not part
+		// of the key.
+		values[i] = strings.TrimRight(v, "\r\n")
+	}
+	var retention int32
+	if e.Retention != nil {
+		retention = *e.Retention
+	}
+	folder := path.Join(e.S3.Prefix, in.Namespace, in.ClusterName)
+	return &render.EtcdSnapshots{
+		Schedule: e.Schedule, Retention: retention,
+		Endpoint: e.S3.Endpoint, Bucket: e.S3.Bucket, Folder: strings.TrimPrefix(folder, "/"), Region: e.S3.Region,
+		CABundle:    e.S3.CABundle,
+		AccessKeyID: values[0], SecretAccessKey: values[1],
+	}, nil
 }
 
 // WorkerTokenOverride returns the join token the user supplied instead of a generated one.
@@ -208,6 +256,10 @@ func Node(spec *bootstrapv1.KairosConfigSpec, in Inputs) (render.Node, []merge.F
 	}
 	if opts != nil {
 		node.Args, node.Env, node.Config = opts.Args, opts.Env, opts.Config
+	}
+
+	if node.EtcdSnapshots, err = etcdSnapshots(spec, in); err != nil {
+		return render.Node{}, nil, err
 	}
 
 	fragments := make([]merge.Fragment, 0, len(spec.CloudConfigFragments))

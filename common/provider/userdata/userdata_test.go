@@ -92,15 +92,24 @@ func secretsFor(f *fixture) map[userdata.Ref]string {
 		{Name: "tok", Key: "other-token"}:  f.k3sOverride,
 		{Name: "unused", Key: "value"}:     "unused",
 		{Name: "fragments", Key: "prefix"}: "#cloud-config\n",
+		// kubectl create secret --from-file keeps the file's newline: it is not part of the key.
+		{Name: "s3", Key: bootstrapv1.EtcdSnapshotAccessKeyIDKey}:     "AKIAFROMSECRET\n",
+		{Name: "s3", Key: bootstrapv1.EtcdSnapshotSecretAccessKeyKey}: "secret-from-secret",
 	}
 }
+
+// The fixture Cluster's name and namespace.
+const fixtureCluster, fixtureNamespace = "demo", "sites-eu"
+
+func ptrTo[T any](v T) *T { return &v }
 
 // inputsFor derives the render inputs from a spec the way the reconciler does: the spec's
 // kubernetesVersion wins over the Machine's (v1.31.2 here), control-plane nodes get the PKI
 // and initialize the cluster, workers get the user's token override or the cluster's token.
 func inputsFor(f *fixture, spec *bootstrapv1.KairosConfigSpec) userdata.Inputs {
 	in := userdata.Inputs{
-		ClusterName:       "demo",
+		ClusterName:       fixtureCluster,
+		Namespace:         fixtureNamespace,
 		Endpoint:          render.Endpoint{Host: "192.0.2.10", Port: 6443},
 		KubernetesVersion: "v1.31.2",
 		Secrets:           secretsFor(f),
@@ -189,7 +198,24 @@ func fieldCases(f *fixture) map[string]fieldCase {
 	withFragment := func(s *bootstrapv1.KairosConfigSpec) {
 		s.CloudConfigFragments = []bootstrapv1.CloudConfigFragment{fragment("base", fragStep)}
 	}
+	withSnapshots := func(s *bootstrapv1.KairosConfigSpec) {
+		s.EtcdSnapshots = &bootstrapv1.EtcdSnapshots{S3: bootstrapv1.EtcdSnapshotS3{
+			Endpoint: "s3.example.com", Bucket: "backups", Prefix: "sites",
+			CredentialsSecret: bootstrapv1.S3CredentialsSecretReference{Name: "s3"},
+		}}
+		s.EtcdSnapshots.Default()
+	}
 	return map[string]fieldCase{
+		"EtcdSnapshots": {base: "cp-k3s", mutate: withSnapshots,
+			// The folder is <prefix>/<namespace>/<cluster>; the credentials come from the Secret,
+			// without the newline kubectl keeps.
+			want: []string{"etcd-s3-folder: sites/" + fixtureNamespace + "/" + fixtureCluster + "\n", "etcd-s3-access-key: AKIAFROMSECRET\n", "etcd-s3-secret-key: secret-from-secret", "etcd-s3-endpoint: s3.example.com"}},
+		"EtcdSnapshots.Schedule": {base: "cp-k0s", setup: withSnapshots, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.EtcdSnapshots.Schedule = "30 1 * * 1-5" },
+			want: []string{"OnCalendar=Mon,Tue,Wed,Thu,Fri *-*-* 01:30:00"}},
+		"EtcdSnapshots.Retention": {base: "cp-k0s", setup: withSnapshots, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.EtcdSnapshots.Retention = ptrTo[int32](12) },
+			want: []string{"retention=12"}},
+		"EtcdSnapshots.S3": {base: "cp-k0s", setup: withSnapshots, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.EtcdSnapshots.S3.Bucket = "other-bucket" },
+			want: []string{"url='https://s3.example.com/other-bucket'"}},
 		"Role": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Role = bootstrapv1.RoleControlPlane },
 			want: []string{"k0s:", "--enable-worker", render.K0sPKIDir + "/ca.key"}},
 		"Distribution": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Distribution = bootstrapv1.DistributionK3s },

@@ -115,6 +115,14 @@ func TestMessagesAreTheCRDs(t *testing.T) {
 		// Checked by the renderer (common/render, vip.go), which admission reaches through the
 		// dry render, in the same words.
 		{"only control-plane nodes hold the virtual IP: remove it from worker configs", "spec.virtualIP"},
+		{msgEtcdSnapshotsOnWorker, "spec.etcdSnapshots"},
+		{msgCronFields, "spec.etcdSnapshots.schedule"},
+		{msgEndpointScheme, "spec.etcdSnapshots.s3.endpoint"},
+		{msgEndpointPath, "spec.etcdSnapshots.s3.endpoint"},
+		{msgBucketName, "spec.etcdSnapshots.s3.bucket"},
+		{msgPrefix, "spec.etcdSnapshots.s3.prefix"},
+		{msgRegion, "spec.etcdSnapshots.s3.region"},
+		{msgCABundlePEM, "spec.etcdSnapshots.s3.caBundle"},
 	}
 
 	for file, prefix := range map[string]string{

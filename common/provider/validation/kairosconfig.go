@@ -103,6 +103,10 @@ func ValidateKairosConfigSpec(s *bootstrapv1.KairosConfigSpec, fld *field.Path) 
 	errs = append(errs, validateInstall(s, fld.Child("install"))...)
 	errs = append(errs, validateDistributionOptions(s, fld)...)
 	errs = append(errs, validateFragments(s, fld.Child("cloudConfigFragments"))...)
+	if s.EtcdSnapshots != nil && s.Role != bootstrapv1.RoleControlPlane {
+		errs = append(errs, field.Forbidden(fld.Child("etcdSnapshots"), msgEtcdSnapshotsOnWorker))
+	}
+	errs = append(errs, ValidateEtcdSnapshots(s.EtcdSnapshots, fld.Child("etcdSnapshots"))...)
 	return errs
 }
 
@@ -470,4 +474,63 @@ func truncate(s string) string {
 		return s[:64] + "..."
 	}
 	return s
+}
+
+// The messages of the CEL rules of EtcdSnapshots (bootstrap/api/v1beta2/etcdsnapshots_types.go).
+const (
+	msgEtcdSnapshotsOnWorker = "only control-plane nodes run etcd: remove etcdSnapshots from worker configs"
+	msgCronFields            = "must be a cron expression of five fields (minute hour day-of-month month day-of-week), for example '0 */12 * * *'"
+	msgEndpointScheme        = "endpoint is host[:port] without a scheme: snapshots always go over HTTPS (set caBundle for a private CA)"
+	msgEndpointPath          = "endpoint is host[:port] without a path: put the folder in prefix"
+	msgBucketName            = "must be an S3 bucket name: lowercase letters, digits, dots and hyphens, starting and ending with a letter or digit"
+	msgPrefix                = "must be a folder path of letters, digits, '.', '_' and '-', separated by single '/', without a leading or trailing '/'"
+	msgRegion                = "must be a region name of lowercase letters, digits and hyphens, for example eu-west-1"
+	msgCABundlePEM           = "must hold PEM certificates (-----BEGIN CERTIFICATE-----)"
+)
+
+var (
+	cronFieldsPattern = regexp.MustCompile(`^ *[^ ]+( +[^ ]+){4} *$`)
+	bucketPattern     = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*[a-z0-9]$`)
+	prefixPattern     = regexp.MustCompile(`^[A-Za-z0-9._-]+(/[A-Za-z0-9._-]+)*$`)
+	regionPattern     = regexp.MustCompile(`^[a-z0-9-]+$`)
+)
+
+// ValidateEtcdSnapshots checks a defaulted EtcdSnapshots: the rules the CRD holds as CEL, in
+// their words, and the cron grammar, which CEL cannot parse (syntax.ParseCron: the expressions
+// both k3s and the k0s systemd timer read alike). What only the renderer knows (host[:port],
+// the PEM certificates) reaches admission through the dry render. fld is the EtcdSnapshots
+// field (spec.etcdSnapshots, or spec.etcd.snapshots of a KairosControlPlane).
+func ValidateEtcdSnapshots(s *bootstrapv1.EtcdSnapshots, fld *field.Path) field.ErrorList {
+	var errs field.ErrorList
+	if s == nil {
+		return nil
+	}
+	if !cronFieldsPattern.MatchString(s.Schedule) {
+		errs = append(errs, field.Invalid(fld.Child("schedule"), s.Schedule, msgCronFields))
+	} else if _, err := syntax.ParseCron(s.Schedule); err != nil {
+		errs = append(errs, field.Invalid(fld.Child("schedule"), s.Schedule, err.Error()))
+	}
+	s3 := fld.Child("s3")
+	if strings.Contains(s.S3.Endpoint, "://") {
+		errs = append(errs, field.Invalid(s3.Child("endpoint"), s.S3.Endpoint, msgEndpointScheme))
+	} else if strings.Contains(s.S3.Endpoint, "/") {
+		errs = append(errs, field.Invalid(s3.Child("endpoint"), s.S3.Endpoint, msgEndpointPath))
+	}
+	if !bucketPattern.MatchString(s.S3.Bucket) {
+		errs = append(errs, field.Invalid(s3.Child("bucket"), s.S3.Bucket, msgBucketName))
+	}
+	if s.S3.Prefix != "" && !prefixPattern.MatchString(s.S3.Prefix) {
+		errs = append(errs, field.Invalid(s3.Child("prefix"), s.S3.Prefix, msgPrefix))
+	}
+	if s.S3.Region != "" && !regionPattern.MatchString(s.S3.Region) {
+		errs = append(errs, field.Invalid(s3.Child("region"), s.S3.Region, msgRegion))
+	}
+	if s.S3.CABundle != "" && !strings.Contains(s.S3.CABundle, "-----BEGIN CERTIFICATE-----") {
+		errs = append(errs, field.Invalid(s3.Child("caBundle"), "<PEM>", msgCABundlePEM))
+	}
+	if s.S3.CredentialsSecret.Name == "" {
+		errs = append(errs, field.Required(s3.Child("credentialsSecret", "name"),
+			"name a Secret in the same namespace with the keys "+bootstrapv1.EtcdSnapshotAccessKeyIDKey+" and "+bootstrapv1.EtcdSnapshotSecretAccessKeyKey))
+	}
+	return errs
 }

@@ -18,6 +18,9 @@ func (s *KairosControlPlaneSpec) Default() {
 		s.Distribution = bootstrapv1.DistributionK0s
 	}
 	s.Rollout.defaultStrategy()
+	if s.Etcd.Snapshots != nil {
+		s.Etcd.Snapshots.Default()
+	}
 }
 
 // Default fills the defaults of a template's spec.
@@ -26,6 +29,9 @@ func (s *KairosControlPlaneTemplateResourceSpec) Default() {
 		s.Distribution = bootstrapv1.DistributionK0s
 	}
 	s.Rollout.defaultStrategy()
+	if s.Etcd.Snapshots != nil {
+		s.Etcd.Snapshots.Default()
+	}
 }
 
 func (r *KairosControlPlaneRolloutSpec) defaultStrategy() {

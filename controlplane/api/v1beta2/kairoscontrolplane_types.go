@@ -65,6 +65,7 @@ const (
 // +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.workerTokenSecretRef)",message="only workers use a worker token: remove it (control-plane credentials are generated)",fieldPath=".kairosConfigSpec.workerTokenSecretRef",reason="FieldValueForbidden"
 // +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.k0s) || !has(self.distribution) || self.distribution == 'k0s'",messageExpression="'k0s options do not apply to distribution ' + self.distribution + ': move them to spec.k3s or set distribution: k0s'",fieldPath=".kairosConfigSpec.k0s",reason="FieldValueForbidden"
 // +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.k3s) || (has(self.distribution) && self.distribution == 'k3s')",messageExpression="'k3s options do not apply to distribution ' + (has(self.distribution) ? self.distribution : 'k0s') + ': move them to spec.k0s or set distribution: k3s'",fieldPath=".kairosConfigSpec.k3s",reason="FieldValueForbidden"
+// +kubebuilder:validation:XValidation:rule="!has(self.kairosConfigSpec) || !has(self.kairosConfigSpec.etcdSnapshots)",message="the control plane sets it from spec.etcd.snapshots: move it there",fieldPath=".kairosConfigSpec.etcdSnapshots",reason="FieldValueForbidden"
 type embeddedConfigRules struct{}
 
 // KairosControlPlaneSpec is the desired state of a Kairos control plane.
@@ -125,6 +126,23 @@ type KairosControlPlaneSpec struct {
 	// kubeconfig configures the <cluster>-kubeconfig Secret.
 	// +optional
 	Kubeconfig KairosControlPlaneKubeconfigSpec `json:"kubeconfig,omitempty,omitzero"`
+
+	// etcd configures the etcd of the control plane: snapshots to an S3-compatible store.
+	// +optional
+	Etcd KairosControlPlaneEtcdSpec `json:"etcd,omitempty,omitzero"`
+}
+
+// KairosControlPlaneEtcdSpec configures the control plane's etcd.
+// +kubebuilder:validation:MinProperties=1
+type KairosControlPlaneEtcdSpec struct {
+	// snapshots makes every control-plane node take snapshots of its etcd member on a
+	// schedule, before every in-place upgrade and on demand (the annotation
+	// controlplane.cluster.x-k8s.io/etcd-snapshot-request), and upload them to an
+	// S3-compatible store, named by cluster and node (docs/backups.md). The control plane sets
+	// it on the KairosConfig of every control-plane Machine: changing it rolls the control
+	// plane. The credentials come from a Secret, never inline.
+	// +optional
+	Snapshots *bootstrapv1.EtcdSnapshots `json:"snapshots,omitempty"`
 }
 
 // KairosConfigTemplateReference names a KairosConfigTemplate in the same namespace.
@@ -276,7 +294,8 @@ type KairosControlPlaneKubeconfigSpec struct {
 // KairosControlPlaneStatus is the observed state of a Kairos control plane.
 type KairosControlPlaneStatus struct {
 	// conditions: Available, Initialized, CertificatesAvailable, MachinesReady,
-	// MachinesUpToDate, RollingOut, ScalingUp, ScalingDown, Remediating, Deleting, Paused.
+	// MachinesUpToDate, RollingOut, ScalingUp, ScalingDown, Remediating, Deleting, Paused,
+	// EtcdSnapshotsUpToDate (only with spec.etcd.snapshots).
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -331,6 +350,59 @@ type KairosControlPlaneStatus struct {
 	// lastRemediation describes the latest remediation.
 	// +optional
 	LastRemediation LastRemediationStatus `json:"lastRemediation,omitempty,omitzero"`
+
+	// etcd reports the control plane's etcd: the newest snapshot of each member.
+	// +optional
+	Etcd KairosControlPlaneEtcdStatus `json:"etcd,omitempty,omitzero"`
+}
+
+// KairosControlPlaneEtcdStatus reports the control plane's etcd.
+// +kubebuilder:validation:MinProperties=1
+type KairosControlPlaneEtcdStatus struct {
+	// snapshots lists the newest snapshot of each etcd member found in the object store of
+	// spec.etcd.snapshots, whatever its kind (scheduled, before an upgrade, on demand).
+	// +optional
+	// +listType=map
+	// +listMapKey=member
+	// +kubebuilder:validation:MaxItems=100
+	Snapshots []EtcdSnapshotStatus `json:"snapshots,omitempty"`
+}
+
+// EtcdSnapshotStatus is a snapshot of one etcd member in the object store.
+type EtcdSnapshotStatus struct {
+	// member is the node whose etcd member took the snapshot (its node name).
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Member string `json:"member"`
+
+	// machine is the control-plane Machine of that node, when it still exists.
+	// +optional
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Machine string `json:"machine,omitempty"`
+
+	// name of the snapshot: the object's name without the folder, which k3s'
+	// --cluster-reset-restore-path and the k0s restore script take.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Name string `json:"name"`
+
+	// location is the snapshot's URL, s3://<bucket>/<key>.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	Location string `json:"location"`
+
+	// time the snapshot was taken.
+	// +required
+	Time metav1.Time `json:"time,omitzero"`
+
+	// sizeBytes is the size of the object.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	SizeBytes int64 `json:"sizeBytes"`
 }
 
 // KairosControlPlaneInitializationStatus reports the control plane's initialization.

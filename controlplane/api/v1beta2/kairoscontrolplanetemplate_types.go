@@ -64,6 +64,10 @@ type KairosControlPlaneTemplateResourceSpec struct {
 	// kubeconfig configures the <cluster>-kubeconfig Secret.
 	// +optional
 	Kubeconfig KairosControlPlaneKubeconfigSpec `json:"kubeconfig,omitempty,omitzero"`
+
+	// etcd configures the etcd of the control plane: snapshots to an S3-compatible store.
+	// +optional
+	Etcd KairosControlPlaneEtcdSpec `json:"etcd,omitempty,omitzero"`
 }
 
 // KairosControlPlaneTemplateMachineTemplate shapes the control-plane Machines of a template.

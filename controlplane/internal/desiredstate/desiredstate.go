@@ -51,22 +51,24 @@ func MachineName(tmpl, clusterName, controlPlaneName, random string) (string, er
 
 // RequestedKairosConfigSpec is the KairosConfig spec the control plane asks for a Machine built
 // from base (the inline kairosConfigSpec or the referenced template's spec): base and the fields
-// the provider owns, role, distribution and single-node mode, without defaults. The installed
-// bootstrap provider's webhook defaults the rest, so a control plane newer than the bootstrap
-// provider never sends a field only its own defaults would set.
-func RequestedKairosConfigSpec(base *bootstrapv1.KairosConfigSpec, distribution bootstrapv1.Distribution, singleNode bool) *bootstrapv1.KairosConfigSpec {
+// the provider owns, role, distribution, single-node mode and the etcd snapshots of
+// spec.etcd.snapshots, without defaults. The installed bootstrap provider's webhook defaults the
+// rest, so a control plane newer than the bootstrap provider never sends a field only its own
+// defaults would set (and a KairosConfig without snapshots never carries the field at all).
+func RequestedKairosConfigSpec(base *bootstrapv1.KairosConfigSpec, distribution bootstrapv1.Distribution, singleNode bool, snapshots *bootstrapv1.EtcdSnapshots) *bootstrapv1.KairosConfigSpec {
 	spec := base.DeepCopy()
 	spec.Role = bootstrapv1.RoleControlPlane
 	spec.Distribution = distribution
 	spec.SingleNode = singleNode
+	spec.EtcdSnapshots = snapshots.DeepCopy()
 	return spec
 }
 
 // KairosConfigSpec is the requested spec with this release's defaults applied: what Machines
 // are compared with (both sides defaulted, so that releases that only add defaults roll
 // nothing) and what admission validates.
-func KairosConfigSpec(base *bootstrapv1.KairosConfigSpec, distribution bootstrapv1.Distribution, singleNode bool) *bootstrapv1.KairosConfigSpec {
-	spec := RequestedKairosConfigSpec(base, distribution, singleNode)
+func KairosConfigSpec(base *bootstrapv1.KairosConfigSpec, distribution bootstrapv1.Distribution, singleNode bool, snapshots *bootstrapv1.EtcdSnapshots) *bootstrapv1.KairosConfigSpec {
+	spec := RequestedKairosConfigSpec(base, distribution, singleNode, snapshots)
 	spec.Default()
 	return spec
 }

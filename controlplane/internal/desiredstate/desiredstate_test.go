@@ -73,7 +73,7 @@ func TestKairosConfigSpec(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			base := tc.base.DeepCopy()
 			before := base.DeepCopy()
-			got := desiredstate.KairosConfigSpec(base, tc.dist, tc.singleNode)
+			got := desiredstate.KairosConfigSpec(base, tc.dist, tc.singleNode, nil)
 
 			if got.Role != bootstrapv1.RoleControlPlane {
 				t.Errorf("role = %q, want control-plane", got.Role)
@@ -113,13 +113,13 @@ func TestKairosConfigSpec(t *testing.T) {
 // controller's rollout decision relies on.
 func TestKairosConfigSpecStable(t *testing.T) {
 	base := bootstrapv1.KairosConfigSpec{UserPassword: "x", Files: []bootstrapv1.File{{Path: "/a", Content: "b"}}}
-	a := desiredstate.KairosConfigSpec(&base, bootstrapv1.DistributionK0s, false)
-	b := desiredstate.KairosConfigSpec(&base, bootstrapv1.DistributionK0s, false)
+	a := desiredstate.KairosConfigSpec(&base, bootstrapv1.DistributionK0s, false, nil)
+	b := desiredstate.KairosConfigSpec(&base, bootstrapv1.DistributionK0s, false, nil)
 	if !equality.Semantic.DeepEqual(a, b) {
 		t.Fatalf("unstable: %+v vs %+v", a, b)
 	}
 	// Applying the result again as a base is a fixed point.
-	c := desiredstate.KairosConfigSpec(a, bootstrapv1.DistributionK0s, false)
+	c := desiredstate.KairosConfigSpec(a, bootstrapv1.DistributionK0s, false, nil)
 	if !equality.Semantic.DeepEqual(a, c) {
 		t.Fatalf("not a fixed point: %+v vs %+v", a, c)
 	}
@@ -163,5 +163,41 @@ func TestMachineName(t *testing.T) {
 		if got, err := desiredstate.MachineName(tc.tmpl, tc.cluster, tc.cp, "x7k2q"); err != nil || got != tc.want {
 			t.Errorf("MachineName(%q, %q, %q) = %q, %v; want %q", tc.tmpl, tc.cluster, tc.cp, got, err, tc.want)
 		}
+	}
+}
+
+// The control plane owns etcdSnapshots: spec.etcd.snapshots replaces whatever the base spec (a
+// KairosConfigTemplate, which CEL cannot reach) holds, is copied rather than shared, and is
+// requested without defaults (the bootstrap provider's webhook applies its own); without
+// snapshots the field stays absent, so that existing Machines are not outdated by this release.
+func TestRequestedKairosConfigSpecEtcdSnapshots(t *testing.T) {
+	snapshots := &bootstrapv1.EtcdSnapshots{S3: bootstrapv1.EtcdSnapshotS3{
+		Endpoint: "s3.example.com", Bucket: "backups",
+		CredentialsSecret: bootstrapv1.S3CredentialsSecretReference{Name: "s3"},
+	}}
+	base := &bootstrapv1.KairosConfigSpec{EtcdSnapshots: &bootstrapv1.EtcdSnapshots{S3: bootstrapv1.EtcdSnapshotS3{Bucket: "from-template"}}}
+
+	got := desiredstate.RequestedKairosConfigSpec(base, bootstrapv1.DistributionK3s, true, snapshots)
+	if !reflect.DeepEqual(got.EtcdSnapshots, snapshots) || got.EtcdSnapshots == snapshots {
+		t.Errorf("etcdSnapshots = %+v, want a copy of spec.etcd.snapshots", got.EtcdSnapshots)
+	}
+	if got.EtcdSnapshots.Schedule != "" || got.EtcdSnapshots.Retention != nil {
+		t.Errorf("requested with defaults: %+v", got.EtcdSnapshots)
+	}
+	if base.EtcdSnapshots.S3.Bucket != "from-template" {
+		t.Error("the base spec was modified")
+	}
+
+	defaulted := desiredstate.KairosConfigSpec(base, bootstrapv1.DistributionK3s, true, snapshots)
+	if defaulted.EtcdSnapshots.Schedule != bootstrapv1.DefaultEtcdSnapshotSchedule || *defaulted.EtcdSnapshots.Retention != bootstrapv1.DefaultEtcdSnapshotRetention ||
+		defaulted.EtcdSnapshots.S3.Region != bootstrapv1.DefaultEtcdSnapshotS3Region {
+		t.Errorf("defaults not applied: %+v", defaulted.EtcdSnapshots)
+	}
+	if snapshots.Schedule != "" {
+		t.Error("defaulting modified spec.etcd.snapshots")
+	}
+
+	if got := desiredstate.KairosConfigSpec(base, bootstrapv1.DistributionK3s, true, nil); got.EtcdSnapshots != nil {
+		t.Errorf("without spec.etcd.snapshots: %+v", got.EtcdSnapshots)
 	}
 }

@@ -52,7 +52,7 @@ func (w *KairosControlPlane) ValidateCreate(_ context.Context, c *controlplanev1
 	errs := validation.ValidateKairosControlPlaneSpec(spec, field.NewPath("spec"))
 	errs = append(errs, validateMachineNaming(&spec.MachineNaming, field.NewPath("spec"))...)
 	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, field.NewPath("spec"))...)
-	return validation.KairosControlPlaneSpecWarnings(spec, field.NewPath("spec")), invalid("KairosControlPlane", c.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, field.NewPath("spec")))
+	return validation.KairosControlPlaneSpecWarnings(spec, field.NewPath("spec")), invalid("KairosControlPlane", c.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, spec.Etcd.Snapshots, field.NewPath("spec")))
 }
 
 // ValidateUpdate validates a change: the distribution is fixed and the version only moves
@@ -62,7 +62,7 @@ func (w *KairosControlPlane) ValidateUpdate(_ context.Context, oldC, newC *contr
 	errs := validation.ValidateKairosControlPlaneSpecUpdate(spec, defaulted(oldC), field.NewPath("spec"))
 	errs = append(errs, validateMachineNaming(&spec.MachineNaming, field.NewPath("spec"))...)
 	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, field.NewPath("spec"))...)
-	return validation.KairosControlPlaneSpecWarnings(spec, field.NewPath("spec")), invalid("KairosControlPlane", newC.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, field.NewPath("spec")))
+	return validation.KairosControlPlaneSpecWarnings(spec, field.NewPath("spec")), invalid("KairosControlPlane", newC.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, spec.Etcd.Snapshots, field.NewPath("spec")))
 }
 
 // validateSharedConfig applies the bootstrap provider's rules for specs many Machines share to
@@ -87,14 +87,23 @@ func validateMachineNaming(naming *controlplanev1.MachineNamingSpec, fld *field.
 	return nil
 }
 
-// withDryRun adds the bootstrap provider's dry render of the inline KairosConfig spec, so that a
-// spec every control-plane Machine would be refused data for is refused here, when the user can
-// still fix it, instead of stalling the control plane.
-func withDryRun(errs field.ErrorList, tmpl *controlplanev1.KairosConfigTemplateReference, cfg *bootstrapv1.KairosConfigSpec, dist bootstrapv1.Distribution, fld *field.Path) field.ErrorList {
+// withDryRun adds the bootstrap provider's dry render of the inline KairosConfig spec with the
+// etcd snapshots the control plane adds, so that a spec every control-plane Machine would be
+// refused data for is refused here, when the user can still fix it, instead of stalling the
+// control plane. Problems of the snapshots are reported where the user wrote them,
+// spec.etcd.snapshots, not at the kairosConfigSpec field the control plane fills.
+func withDryRun(errs field.ErrorList, tmpl *controlplanev1.KairosConfigTemplateReference, cfg *bootstrapv1.KairosConfigSpec, dist bootstrapv1.Distribution, snapshots *bootstrapv1.EtcdSnapshots, fld *field.Path) field.ErrorList {
 	if len(errs) > 0 || tmpl != nil {
 		return errs
 	}
-	return dryrun.Render(desiredstate.KairosConfigSpec(cfg, dist, false), fld.Child("kairosConfigSpec"))
+	out := dryrun.Render(desiredstate.KairosConfigSpec(cfg, dist, false, snapshots), fld.Child("kairosConfigSpec"))
+	from, to := fld.Child("kairosConfigSpec", "etcdSnapshots").String(), fld.Child("etcd", "snapshots").String()
+	for _, e := range out {
+		if e.Field == from || strings.HasPrefix(e.Field, from+".") {
+			e.Field = to + strings.TrimPrefix(e.Field, from)
+		}
+	}
+	return out
 }
 
 // ValidateDelete allows every deletion.
@@ -175,5 +184,5 @@ func validateTemplate(t *controlplanev1.KairosControlPlaneTemplate) field.ErrorL
 	errs = append(errs, validation.ValidateKairosControlPlaneTemplateResourceSpec(spec, fld)...)
 	errs = append(errs, validateMachineNaming(&spec.MachineNaming, fld)...)
 	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, fld)...)
-	return withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, fld)
+	return withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, spec.Etcd.Snapshots, fld)
 }

@@ -248,6 +248,7 @@ func (r *Reconciler) reconcilePrerequisites(_ context.Context, s *scope) (ctrl.R
 	}
 
 	s.inputs.ClusterName = c.Name
+	s.inputs.Namespace = c.Namespace
 	s.inputs.Endpoint = endpoint
 	s.inputs.Network = render.Network{
 		APIServerPort: c.Spec.ClusterNetwork.APIServerPort,

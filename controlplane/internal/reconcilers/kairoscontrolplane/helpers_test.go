@@ -259,7 +259,7 @@ func (f *fixture) machine(name string, age time.Duration, opts ...func(*clusterv
 	owner := metav1.OwnerReference{APIVersion: controlplanev1.GroupVersion.String(), Kind: "KairosControlPlane", Name: kcpName, UID: f.kcp.UID}
 	f.configs[name] = &bootstrapv1.KairosConfig{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name, Labels: copyMap(m.Labels), OwnerReferences: []metav1.OwnerReference{owner}},
-		Spec:       *desiredstate.KairosConfigSpec(&f.kcp.Spec.KairosConfigSpec, f.kcp.Spec.Distribution, ptr.Deref(f.kcp.Spec.Replicas, 1) == 1),
+		Spec:       *desiredstate.KairosConfigSpec(&f.kcp.Spec.KairosConfigSpec, f.kcp.Spec.Distribution, ptr.Deref(f.kcp.Spec.Replicas, 1) == 1, f.kcp.Spec.Etcd.Snapshots),
 	}
 	infra := &unstructured.Unstructured{}
 	infra.SetAPIVersion(infraGV.String())

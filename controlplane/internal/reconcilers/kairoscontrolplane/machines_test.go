@@ -171,7 +171,7 @@ func TestCreateMachineShape(t *testing.T) {
 			}
 			// Defaulted, it is what the control plane compares Machines with.
 			config.Spec.Default()
-			if want := desiredstate.KairosConfigSpec(&f.kcp.Spec.KairosConfigSpec, tc.dist, tc.wantSingleNode); !reflect.DeepEqual(&config.Spec, want) {
+			if want := desiredstate.KairosConfigSpec(&f.kcp.Spec.KairosConfigSpec, tc.dist, tc.wantSingleNode, f.kcp.Spec.Etcd.Snapshots); !reflect.DeepEqual(&config.Spec, want) {
 				t.Errorf("defaulted KairosConfig spec =\n%+v\nwant\n%+v", config.Spec, *want)
 			}
 

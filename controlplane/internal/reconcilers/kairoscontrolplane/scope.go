@@ -144,7 +144,7 @@ func (s *scope) requestedConfig() *bootstrapv1.KairosConfigSpec {
 	if s.baseConfig == nil {
 		return nil
 	}
-	return desiredstate.RequestedKairosConfigSpec(s.baseConfig, s.kcp.Spec.Distribution, s.desiredReplicas() == 1)
+	return desiredstate.RequestedKairosConfigSpec(s.baseConfig, s.kcp.Spec.Distribution, s.desiredReplicas() == 1, s.kcp.Spec.Etcd.Snapshots)
 }
 
 // desiredConfig is the requested spec with defaults applied, what Machines are compared with.
@@ -152,7 +152,7 @@ func (s *scope) desiredConfig() *bootstrapv1.KairosConfigSpec {
 	if s.baseConfig == nil {
 		return nil
 	}
-	return desiredstate.KairosConfigSpec(s.baseConfig, s.kcp.Spec.Distribution, s.desiredReplicas() == 1)
+	return desiredstate.KairosConfigSpec(s.baseConfig, s.kcp.Spec.Distribution, s.desiredReplicas() == 1, s.kcp.Spec.Etcd.Snapshots)
 }
 
 // upToDate says whether a Machine matches the spec, and if not, why. It is computed once per
