@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -95,23 +96,37 @@ func startStack(t *testing.T) *stack {
 			if err != nil {
 				return err
 			}
-			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, EtcdHealthInterval: 5 * time.Second, Client: c})
+			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, EtcdHealthInterval: 5 * time.Second, Client: c,
+				RuntimeClient: harness.RuntimeClientFrom(ctx)})
 		}},
+		// Cluster API's RuntimeSDK and InPlaceUpdates gates and the Kairos update extension, for
+		// the in-place upgrade; only the namespaces a scenario opts in see the extension.
+		InPlaceUpdates: true,
 	})
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}
 	t.Cleanup(func() { _ = s.h.Stop() })
 
-	logDir := t.TempDir()
+	// CAPV's log is kept when a test fails, with a dump of the manager's goroutines (SIGQUIT):
+	// a CAPV that stops reconciling says why only there.
+	logDir, err := os.MkdirTemp("", "capv-manager-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if s.manager, err = vsphere.StartManager(ctx, s.h, vsphere.ManagerOptions{CAPVDir: capvDir, Binary: capvBinary, LogDir: logDir}, s.vc); err != nil {
 		t.Fatalf("CAPV's manager: %v", err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("CAPV's manager, last lines:\n%s", tail(s.manager.Output(), 40))
+			_ = syscall.Kill(s.manager.Pid(), syscall.SIGQUIT)
+			_ = s.manager.Stop(10 * time.Second)
+			t.Logf("CAPV's manager log, with its goroutines at the end, kept in %s", logDir)
+			return
 		}
 		_ = s.manager.Stop(10 * time.Second)
+		_ = os.RemoveAll(logDir)
 	})
 
 	if s.bridge, err = vsphere.StartBridge(ctx, vsphere.BridgeOptions{VCSim: s.vc, Registry: s.reg, Client: s.h.Client, Logger: framework.Logger()}); err != nil {
@@ -171,7 +186,9 @@ func (s *stack) render(t *testing.T, flavor string, values map[string]string) []
 //  4. a rolling upgrade through a new VSphereMachineTemplate (another VM template, more memory):
 //     one Machine at a time, Available and etcd healthy throughout;
 //  5. the control plane scaled 3 -> 1;
-//  6. the Cluster deleted: no VM left in vcsim, no object left behind.
+//  6. the single node upgraded in place to the next minor version and Kairos image, on the same
+//     VM (inplace_test.go);
+//  7. the Cluster deleted: no VM left in vcsim, no object left behind.
 func TestVSphereFlavorOnCAPV(t *testing.T) {
 	s := startStack(t)
 	// Rendered here, one after the other: clusterctl reads its variables from the environment
@@ -189,6 +206,7 @@ func TestVSphereFlavorOnCAPV(t *testing.T) {
 			c.remediateVMDeletedInVCenter()
 			c.rollOutNewTemplate()
 			c.scaleControlPlane(1)
+			c.upgradeInPlace()
 			c.deleteCluster()
 		})
 	}

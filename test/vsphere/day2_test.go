@@ -392,8 +392,19 @@ func (c *capvCluster) rollOutNewTemplate() {
 	if len(unavailable) > 0 {
 		c.t.Errorf("the KairosControlPlane was not Available during the rollout: %s", strings.Join(unavailable, "; "))
 	}
+	// etcd stayed healthy: quorum held at every status (Available above), and whenever the control
+	// plane said etcd was not healthy it was about a member joining for a new Machine (added but
+	// not started yet, or started before its Machine has its address or answers), never about a
+	// member of the Machines there before (a member of a Machine being deleted is not counted by
+	// the control plane, controlplane/internal/reconcilers/kairoscontrolplane/status.go).
 	for _, st := range etcdUnhealthy {
 		c.t.Logf("%s: EtcdClusterHealthy during the rollout: %s", c.dist, st)
+		for _, m := range before {
+			ip := beforeGuests[m.Name].Node.IP()
+			if strings.Contains(st, m.Name) || strings.Contains(st, ip+")") || strings.Contains(st, ip+":") {
+				c.t.Errorf("etcd was not healthy for Machine %s (at %s), which was there before the rollout: %s", m.Name, ip, st)
+			}
+		}
 	}
 	for _, m := range after {
 		if slices.ContainsFunc(before, func(b clusterv1.Machine) bool { return b.UID == m.UID }) {
@@ -427,13 +438,23 @@ type rolloutWatch struct {
 	mu                   sync.Mutex
 	most, fewestActive   int
 	unavailable, etcdBad []string
-	stop                 context.CancelFunc
+	// updatingSeen names the Machines seen being updated in place.
+	updatingSeen map[string]bool
+	stop         context.CancelFunc
+}
+
+// updating tells whether the Machine was seen being updated in place, by any of the marks the
+// control plane and Cluster API's Machine controller put on it.
+func (w *rolloutWatch) updating(name string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.updatingSeen[name]
 }
 
 func (c *capvCluster) watchRollout() *rolloutWatch {
 	c.t.Helper()
 	ctx, cancel := context.WithCancel(c.ctx)
-	w := &rolloutWatch{fewestActive: 1 << 30, stop: cancel}
+	w := &rolloutWatch{fewestActive: 1 << 30, stop: cancel, updatingSeen: map[string]bool{}}
 	if err := c.s.h.Observe(ctx, &clusterv1.Machine{}, func(objects []client.Object) {
 		all, active := 0, 0
 		for _, o := range objects {
@@ -444,6 +465,12 @@ func (c *capvCluster) watchRollout() *rolloutWatch {
 			all++
 			if m.DeletionTimestamp.IsZero() {
 				active++
+			}
+			_, started := m.Annotations[clusterv1.UpdateInProgressAnnotation]
+			if started || conditions.IsTrue(m, clusterv1.MachineUpdatingCondition) {
+				w.mu.Lock()
+				w.updatingSeen[m.Name] = true
+				w.mu.Unlock()
 			}
 		}
 		w.mu.Lock()
