@@ -132,7 +132,7 @@ test-all:
 
 .PHONY: test-capv
 test-capv: ## The vSphere flavor through CAPV's own manager on vcsim, whose VMs boot as simulated Kairos nodes (test/vsphere; needs root: the test runs in a network namespace of its own). Not in make test.
-	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; ./hack/capv-manager.sh >/dev/null && cd test && go test -count=1 -timeout 30m -v ./vsphere
+	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; ./hack/capv-manager.sh >/dev/null && cd test && go test -count=1 -timeout 60m -v ./vsphere
 
 .PHONY: test-times
 test-times: ## make test, timed: wall time, time per package and the slowest tests (COLD=1: empty caches).

@@ -279,7 +279,7 @@ func (s *stack) createCluster(t *testing.T, dist, vip string, objs []unstructure
 	var machine *clusterv1.Machine
 	var guest vsphere.GuestStatus
 	last := ""
-	framework.Eventually(t, 6*time.Minute, func() error {
+	framework.Eventually(t, waitControlPlane, func() error {
 		if exited, err := s.manager.Exited(); exited {
 			t.Fatalf("CAPV's manager exited: %v", err)
 		}
@@ -382,7 +382,7 @@ func (s *stack) createCluster(t *testing.T, dist, vip string, objs []unstructure
 	start = time.Now()
 	var worker *clusterv1.Machine
 	var workerGuest vsphere.GuestStatus
-	framework.Eventually(t, 5*time.Minute, func() error {
+	framework.Eventually(t, waitControlPlane, func() error {
 		list := &clusterv1.MachineList{}
 		if err := cl.List(ctx, list, client.InNamespace(c.ns), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: c.name + "-md-0"}); err != nil {
 			return err
@@ -457,7 +457,7 @@ func (s *stack) undecodableUserData(t *testing.T) {
 		}
 	}
 	var g vsphere.GuestStatus
-	framework.Eventually(t, 3*time.Minute, func() error {
+	framework.Eventually(t, waitControlPlane, func() error {
 		var on bool
 		if g, on = s.bridge.Guest(name + "-0"); !on {
 			return fmt.Errorf("VM %s-0 is not powered on yet", name)

@@ -2,6 +2,7 @@ package vsphere_test
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -83,9 +84,10 @@ func (c *capvCluster) upgradeInPlace() {
 	if err := wl.Get(c.ctx, client.ObjectKey{Name: m.Status.NodeRef.Name}, nodeAfter); err != nil {
 		c.t.Fatal(err)
 	}
-	if nodeAfter.UID != nodeBefore.UID || nodeAfter.Spec.ProviderID != nodeBefore.Spec.ProviderID || nodeAfter.Status.NodeInfo.KubeletVersion != inPlaceVersion {
-		c.t.Errorf("Node after the update: uid %s (was %s), providerID %q (was %q), kubelet %s", nodeAfter.UID, nodeBefore.UID,
-			nodeAfter.Spec.ProviderID, nodeBefore.Spec.ProviderID, nodeAfter.Status.NodeInfo.KubeletVersion)
+	if nodeAfter.UID != nodeBefore.UID || nodeAfter.Spec.ProviderID != nodeBefore.Spec.ProviderID ||
+		!strings.HasPrefix(nodeAfter.Status.NodeInfo.KubeletVersion, inPlaceVersion+"+") {
+		c.t.Errorf("Node after the update: uid %s (was %s), providerID %q (was %q), kubelet %s (want %s+<build>, as k0s and k3s spell it)", nodeAfter.UID, nodeBefore.UID,
+			nodeAfter.Spec.ProviderID, nodeBefore.Spec.ProviderID, nodeAfter.Status.NodeInfo.KubeletVersion, inPlaceVersion)
 	}
 	if now := c.wc.EtcdMembers(); len(now) != 1 || len(members) != 1 || now[0].MemberID != members[0].MemberID {
 		c.t.Errorf("etcd members after the update %+v, before %+v", now, members)
