@@ -482,7 +482,6 @@ func (s *stack) undecodableUserData(t *testing.T) {
 	t.Logf("CAPV waits: VSphereMachine %s conditions [%s]", vsm.GetName(), conditionSummary(vsm))
 }
 
-
 // observe reads the control plane's state once and says whether it is done: the one Machine has
 // its provider ID and node, the node runs, the KairosControlPlane is Available.
 func (s *stack) observe(ctx context.Context, ns, name string, cluster *clusterv1.Cluster, kcp *controlplanev1.KairosControlPlane, machine **clusterv1.Machine, guest *vsphere.GuestStatus) (string, bool, error) {
