@@ -35,7 +35,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 TEST_ALONE := ./lifecycle
 TEST_FIRST := ./clusterctl ./simnode ./cmd/sandbox ./bench/e2e
 # TEST_ELSEWHERE run by targets of their own, not by make test: test/vsphere (make test-capv)
-# needs root, CAPV's manager built from source (13 minutes cold) and about 4 minutes more,
+# needs root, CAPV's manager built from source (13 minutes cold) and 10 to 20 minutes more (day 2),
 # which make test's time budget (issue 32) does not have yet.
 TEST_ELSEWHERE := ./vsphere
 GO_TEST_FLAGS ?= -count=1
