@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +16,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/utils/ptr"
 	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -94,23 +96,37 @@ func startStack(t *testing.T) *stack {
 			if err != nil {
 				return err
 			}
-			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, EtcdHealthInterval: 5 * time.Second, Client: c})
+			return cpsetup.Setup(ctx, mgr, cpsetup.Options{ClusterCache: cc, EtcdHealthInterval: 5 * time.Second, Client: c,
+				RuntimeClient: harness.RuntimeClientFrom(ctx)})
 		}},
+		// Cluster API's RuntimeSDK and InPlaceUpdates gates and the Kairos update extension, for
+		// the in-place upgrade; only the namespaces a scenario opts in see the extension.
+		InPlaceUpdates: true,
 	})
 	if err != nil {
 		t.Fatalf("harness: %v", err)
 	}
 	t.Cleanup(func() { _ = s.h.Stop() })
 
-	logDir := t.TempDir()
+	// CAPV's log is kept when a test fails, with a dump of the manager's goroutines (SIGQUIT):
+	// a CAPV that stops reconciling says why only there.
+	logDir, err := os.MkdirTemp("", "capv-manager-")
+	if err != nil {
+		t.Fatal(err)
+	}
 	if s.manager, err = vsphere.StartManager(ctx, s.h, vsphere.ManagerOptions{CAPVDir: capvDir, Binary: capvBinary, LogDir: logDir}, s.vc); err != nil {
 		t.Fatalf("CAPV's manager: %v", err)
 	}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("CAPV's manager, last lines:\n%s", tail(s.manager.Output(), 40))
+			_ = syscall.Kill(s.manager.Pid(), syscall.SIGQUIT)
+			_ = s.manager.Stop(10 * time.Second)
+			t.Logf("CAPV's manager log, with its goroutines at the end, kept in %s", logDir)
+			return
 		}
 		_ = s.manager.Stop(10 * time.Second)
+		_ = os.RemoveAll(logDir)
 	})
 
 	if s.bridge, err = vsphere.StartBridge(ctx, vsphere.BridgeOptions{VCSim: s.vc, Registry: s.reg, Client: s.h.Client, Logger: framework.Logger()}); err != nil {
@@ -155,70 +171,119 @@ func (s *stack) render(t *testing.T, flavor string, values map[string]string) []
 	return tpl.Objs()
 }
 
-// TestVSphereFlavorOnCAPV: the shipped vSphere flavor, rendered as a user does, creates a
-// single-node Kairos control plane through CAPV's own controllers on vcsim: CAPV clones the
-// template and powers the VM on, the guest bridge boots the VM's guestinfo as a Kairos node and
-// reports its address through vcsim, CAPV marks the VSphereMachine provisioned with
-// vsphere://<BIOS UUID>, the Node carries that provider ID, the KairosControlPlane becomes
-// Available and its endpoint is the control-plane VIP, held by the node.
+// TestVSphereFlavorOnCAPV: the shipped vSphere flavor, rendered as a user does, creates a Kairos
+// cluster through CAPV's own controllers on vcsim, and lives its day 2 there, for k0s and k3s side
+// by side (their clusters share nothing but the management cluster, vcsim and CAPV's manager):
+//
+//  1. a single-node control plane: CAPV clones the template and powers the VM on, the guest
+//     bridge boots the VM's guestinfo as a Kairos node and reports its address through vcsim,
+//     CAPV marks the VSphereMachine provisioned with vsphere://<BIOS UUID>, the Node carries that
+//     provider ID, the KairosControlPlane becomes Available and its endpoint is the control-plane
+//     VIP, held by the node; the MachineDeployment's worker joins through the VIP;
+//  2. the control plane scaled 1 -> 3 (day2_test.go);
+//  3. the control-plane VM that holds the VIP deleted in vCenter, remediated through a
+//     MachineHealthCheck;
+//  4. a rolling upgrade through a new VSphereMachineTemplate (another VM template, more memory):
+//     one Machine at a time, Available and etcd healthy throughout;
+//  5. the control plane scaled 3 -> 1;
+//  6. the single node upgraded in place to the next minor version and Kairos image, on the same
+//     VM (inplace_test.go);
+//  7. the Cluster deleted: no VM left in vcsim, no object left behind.
 func TestVSphereFlavorOnCAPV(t *testing.T) {
 	s := startStack(t)
-	for i, dist := range []string{"k0s", "k3s"} {
+	// Rendered here, one after the other: clusterctl reads its variables from the environment
+	// and keeps them in viper's global instance, which parallel subtests cannot share.
+	dists := []string{"k0s", "k3s"}
+	rendered := map[string][]unstructured.Unstructured{}
+	for i, dist := range dists {
+		rendered[dist] = s.render(t, "vsphere", flavorValues(s.vc, dist, vipOf(i)))
+	}
+	for i, dist := range dists {
 		t.Run(dist, func(t *testing.T) {
-			vip := fmt.Sprintf("198.18.0.%d", 100+i)
-			// k0s ends with the Cluster's deletion, k3s with its VM powered off in vCenter.
-			s.singleNodeControlPlane(t, dist, vip, dist == "k3s")
+			t.Parallel()
+			c := s.createCluster(t, dist, vipOf(i), rendered[dist])
+			c.scaleControlPlane(3)
+			c.remediateVMDeletedInVCenter()
+			c.rollOutNewTemplate()
+			c.scaleControlPlane(1)
+			c.upgradeInPlace()
+			c.deleteCluster()
 		})
 	}
-	t.Run("user data the guest cannot decode", s.undecodableUserData)
+	t.Run("user data the guest cannot decode", func(t *testing.T) {
+		t.Parallel()
+		s.undecodableUserData(t)
+	})
 }
 
-func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff bool) {
-	ctx := context.Background()
-	c := s.h.Client
-	start := time.Now()
-	ns, name := "capv-"+dist, "kairos-"+dist
-	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}); err != nil {
-		t.Fatal(err)
-	}
-	objs := s.render(t, "vsphere", map[string]string{
-		"CLUSTER_NAME":                name,
-		"NAMESPACE":                   ns,
+// vipOf is the control-plane VIP of the i-th cluster: below controlPlaneVIP's /24, outside the
+// nodes' addresses.
+func vipOf(i int) string { return fmt.Sprintf("198.18.0.%d", 100+i) }
+
+// flavorValues are the variables a user sets for the vSphere flavor, with the simulated
+// vCenter's inventory.
+func flavorValues(vc *vsphere.VCSim, dist, vip string) map[string]string {
+	return map[string]string{
+		"CLUSTER_NAME":                "kairos-" + dist,
+		"NAMESPACE":                   "capv-" + dist,
 		"KUBERNETES_VERSION":          kubernetesVersion,
 		"KAIROS_DISTRIBUTION":         dist,
 		"KAIROS_USER_PASSWORD":        "kairos-on-capv",
 		"CONTROL_PLANE_MACHINE_COUNT": "1",
 		"WORKER_MACHINE_COUNT":        "1",
 		"CONTROL_PLANE_ENDPOINT_IP":   vip,
-		"VSPHERE_SERVER":              s.vc.Host,
-		"VSPHERE_TLS_THUMBPRINT":      s.vc.Thumbprint,
+		"VSPHERE_SERVER":              vc.Host,
+		"VSPHERE_TLS_THUMBPRINT":      vc.Thumbprint,
 		"VSPHERE_DATACENTER":          vsphere.Datacenter,
 		"VSPHERE_DATASTORE":           vsphere.Datastore,
 		"VSPHERE_FOLDER":              vsphere.Folder,
 		"VSPHERE_RESOURCE_POOL":       vsphere.ResourcePool,
 		"VSPHERE_NETWORK":             vsphere.Network,
 		"VSPHERE_TEMPLATE":            vsphere.TemplateName,
-	})
+	}
+}
+
+// capvCluster is one Kairos cluster of the vSphere flavor on CAPV.
+type capvCluster struct {
+	s              *stack
+	t              *testing.T
+	ctx            context.Context
+	dist, ns, name string
+	vip            string
+	cluster        *clusterv1.Cluster
+	kcp            *controlplanev1.KairosControlPlane
+	// wc is the simulated workload cluster at the Cluster's endpoint.
+	wc *simnode.Cluster
+}
+
+// createCluster applies the rendered flavor and proves the single-node control plane and the
+// worker (step 1 of TestVSphereFlavorOnCAPV).
+func (s *stack) createCluster(t *testing.T, dist, vip string, objs []unstructured.Unstructured) *capvCluster {
+	ctx := framework.Context(t)
+	c := &capvCluster{s: s, t: t, ctx: ctx, dist: dist, ns: "capv-" + dist, name: "kairos-" + dist, vip: vip,
+		cluster: &clusterv1.Cluster{}, kcp: &controlplanev1.KairosControlPlane{}}
+	cl := s.h.Client
+	start := time.Now()
+	if err := cl.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: c.ns}}); err != nil {
+		t.Fatal(err)
+	}
 	var kinds []string
 	for i := range objs {
 		kinds = append(kinds, objs[i].GetKind()+"/"+objs[i].GetName())
-		if err := c.Create(ctx, &objs[i]); err != nil {
+		if err := cl.Create(ctx, &objs[i]); err != nil {
 			t.Fatalf("creating %s %s: %v", objs[i].GetKind(), objs[i].GetName(), err)
 		}
 	}
 	t.Logf("applied the rendered vSphere flavor (%s): %s", dist, strings.Join(kinds, ", "))
 
-	kcp := &controlplanev1.KairosControlPlane{}
-	cluster := &clusterv1.Cluster{}
 	var machine *clusterv1.Machine
 	var guest vsphere.GuestStatus
 	last := ""
-	deadline := time.Now().Add(6 * time.Minute)
-	for {
+	framework.Eventually(t, waitControlPlane, func() error {
 		if exited, err := s.manager.Exited(); exited {
 			t.Fatalf("CAPV's manager exited: %v", err)
 		}
-		state, done, err := s.observe(ctx, ns, name, cluster, kcp, &machine, &guest)
+		state, done, err := s.observe(ctx, c.ns, c.name, c.cluster, c.kcp, &machine, &guest)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -226,23 +291,19 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 			t.Logf("%5.1fs %s", time.Since(start).Seconds(), state)
 			last = state
 		}
-		if done {
-			break
+		if !done {
+			return fmt.Errorf("the control plane is not Available yet: %s", state)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the control plane is not Available after 6m; last: %s", state)
-		}
-		time.Sleep(time.Second)
-	}
+		return nil
+	})
 
 	// What is proven, checked once more, explicitly.
 	wantID := "vsphere://" + guest.UUID
 	if machine.Spec.ProviderID != wantID {
 		t.Errorf("Machine provider ID %q, want %q (CAPV's spelling of the VM's BIOS UUID)", machine.Spec.ProviderID, wantID)
 	}
-	vm := &unstructured.Unstructured{}
-	vm.SetGroupVersionKind(vsphere.VSphereVMGVK.GroupVersion().WithKind("VSphereMachine"))
-	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: machine.Spec.InfrastructureRef.Name}, vm); err != nil {
+	vm := newCAPVObject("VSphereMachine")
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: machine.Spec.InfrastructureRef.Name}, vm); err != nil {
 		t.Fatal(err)
 	}
 	if id, _, _ := unstructured.NestedString(vm.Object, "spec", "providerID"); id != wantID {
@@ -252,12 +313,12 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 	if !strings.Contains(fmt.Sprint(addrs), guest.Node.IP()) {
 		t.Errorf("VSphereMachine addresses %v lack the address the guest reported, %s", addrs, guest.Node.IP())
 	}
-	wc := s.reg.Cluster(cluster.Spec.ControlPlaneEndpoint.Host + ":" + fmt.Sprint(cluster.Spec.ControlPlaneEndpoint.Port))
-	if wc == nil {
-		t.Fatalf("no workload cluster runs at the Cluster's endpoint %v", cluster.Spec.ControlPlaneEndpoint)
+	c.wc = s.reg.ClusterAt(c.cluster.Spec.ControlPlaneEndpoint.Host, c.cluster.Spec.ControlPlaneEndpoint.Port)
+	if c.wc == nil {
+		t.Fatalf("no workload cluster runs at the Cluster's endpoint %v", c.cluster.Spec.ControlPlaneEndpoint)
 	}
 	node := &corev1.Node{}
-	if err := wc.AdminClient().Get(ctx, client.ObjectKey{Name: machine.Status.NodeRef.Name}, node); err != nil {
+	if err := c.wc.AdminClient().Get(ctx, client.ObjectKey{Name: machine.Status.NodeRef.Name}, node); err != nil {
 		t.Fatal(err)
 	}
 	if node.Spec.ProviderID != wantID {
@@ -269,15 +330,33 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 	if node.Name != guest.MetadataHostname {
 		t.Errorf("Node %s, but CAPV's metadata names the VM %q (CAPV deletes the Node of that name with the VM)", node.Name, guest.MetadataHostname)
 	}
-	if cluster.Spec.ControlPlaneEndpoint.Host != vip {
-		t.Errorf("Cluster endpoint %v, want the VIP %s", cluster.Spec.ControlPlaneEndpoint, vip)
+	if c.cluster.Spec.ControlPlaneEndpoint.Host != vip {
+		t.Errorf("Cluster endpoint %v, want the VIP %s", c.cluster.Spec.ControlPlaneEndpoint, vip)
 	}
-	if h := wc.VIPHolder(); h == nil || h != guest.Node {
+	if h := c.wc.VIPHolder(); h == nil || h != guest.Node {
 		t.Errorf("the VIP %s is held by %v, want the control-plane node %v", vip, h, guest.Node)
 	}
 	meta, err := guest.Node.ReadFile(vsphere.MetadataPath)
 	if err != nil || !strings.Contains(string(meta), "local-hostname: \""+guest.MetadataHostname+"\"") {
 		t.Errorf("the node's %s (%v):\n%s", vsphere.MetadataPath, err, meta)
+	}
+	// What CAPV wrote to guestinfo.userdata (base64, guestinfo.userdata.encoding=base64) is
+	// the bootstrap Secret's value, byte for byte, as the guest's datasource decoded it.
+	bootstrap := &corev1.Secret{}
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: ptr.Deref(machine.Spec.Bootstrap.DataSecretName, "")}, bootstrap); err != nil {
+		t.Fatal(err)
+	}
+	if userData, err := guest.Node.ReadFile(vsphere.UserDataPath); err != nil || string(userData) != string(bootstrap.Data["value"]) {
+		t.Errorf("the node's %s (%v) is not the bootstrap Secret %s's value (%d bytes, node %d)", vsphere.UserDataPath, err, bootstrap.Name, len(bootstrap.Data["value"]), len(userData))
+	}
+	// CAPV logged into vcsim (SOAP and the REST tagging endpoint, with the SHA-256 thumbprint).
+	vsc := newCAPVObject("VSphereCluster")
+	if err := cl.Get(ctx, client.ObjectKey{Namespace: c.ns, Name: c.name}, vsc); err != nil {
+		t.Fatal(err)
+	}
+	provisioned, _, _ := unstructured.NestedBool(vsc.Object, "status", "initialization", "provisioned")
+	if v, _, _ := unstructured.NestedString(vsc.Object, "status", "vCenterVersion"); !provisioned || v != s.vc.Version {
+		t.Errorf("VSphereCluster %s: provisioned %v, vCenterVersion %q (vcsim is %s); conditions [%s]", vsc.GetName(), provisioned, v, s.vc.Version, conditionSummary(vsc))
 	}
 	if f := guest.Node.BootFailures(); len(f) > 0 {
 		t.Logf("%s: the control-plane node retried %d times before it ran: %q", dist, len(f), f)
@@ -295,7 +374,7 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 		t.Errorf("Machine addresses %v lack the guest's %s", machine.Status.Addresses, guest.Node.IP())
 	}
 	if t.Failed() {
-		return
+		t.FailNow()
 	}
 
 	// The MachineDeployment's worker: its own VM from the flavor's md-0 VSphereMachineTemplate,
@@ -303,9 +382,9 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 	start = time.Now()
 	var worker *clusterv1.Machine
 	var workerGuest vsphere.GuestStatus
-	framework.Eventually(t, 5*time.Minute, func() error {
+	framework.Eventually(t, waitControlPlane, func() error {
 		list := &clusterv1.MachineList{}
-		if err := c.List(ctx, list, client.InNamespace(ns), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: name + "-md-0"}); err != nil {
+		if err := cl.List(ctx, list, client.InNamespace(c.ns), client.MatchingLabels{clusterv1.MachineDeploymentNameLabel: c.name + "-md-0"}); err != nil {
 			return err
 		}
 		if len(list.Items) != 1 {
@@ -323,7 +402,7 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 			return fmt.Errorf("worker Machine %s: providerID %q nodeRef %q phase %s; node %s", worker.Name, worker.Spec.ProviderID, worker.Status.NodeRef.Name, worker.Status.Phase, workerGuest.Node)
 		}
 		n := &corev1.Node{}
-		if err := wc.AdminClient().Get(ctx, client.ObjectKey{Name: worker.Status.NodeRef.Name}, n); err != nil {
+		if err := c.wc.AdminClient().Get(ctx, client.ObjectKey{Name: worker.Status.NodeRef.Name}, n); err != nil {
 			return err
 		}
 		if n.Spec.ProviderID != worker.Spec.ProviderID {
@@ -333,140 +412,7 @@ func (s *stack) singleNodeControlPlane(t *testing.T, dist, vip string, powerOff 
 	})
 	t.Logf("%s: worker Machine %s joined after %s: VM %s at %s, Node %s with %s", dist, worker.Name, time.Since(start).Round(time.Second),
 		worker.Spec.InfrastructureRef.Name, workerGuest.Node.IP(), worker.Status.NodeRef.Name, worker.Spec.ProviderID)
-
-	s.scaleControlPlane(t, ns, name, kcp, 3)
-
-	vmName := machine.Spec.InfrastructureRef.Name
-	if powerOff {
-		s.powerOffInVCenter(t, cluster, vmName, guest.Node)
-		return
-	}
-
-	// Deleting the Cluster: CAPV powers the VM off and destroys it in vcsim, and with it goes
-	// the node.
-	if err := c.Delete(ctx, cluster); err != nil {
-		t.Fatal(err)
-	}
-	start = time.Now()
-	framework.Eventually(t, 4*time.Minute, func() error {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(cluster), &clusterv1.Cluster{}); err == nil {
-			return fmt.Errorf("the Cluster still exists")
-		} else if client.IgnoreNotFound(err) != nil {
-			return err
-		}
-		// Every VM of the cluster is gone from vcsim, every node of the cluster stopped.
-		vms, err := s.vc.Finder.VirtualMachineList(ctx, name+"-*")
-		if err != nil && !strings.Contains(err.Error(), "not found") {
-			return err
-		}
-		if len(vms) > 0 {
-			return fmt.Errorf("%d VMs of the cluster still exist in vcsim: %v", len(vms), vms)
-		}
-		nodes := s.reg.NodesOf(wc.Endpoint())
-		for _, n := range nodes {
-			if st := n.Status(); st.Phase != simnode.PhaseStopped {
-				return fmt.Errorf("%s is %s", n, st.Phase)
-			}
-		}
-		if len(nodes) != 4 {
-			return fmt.Errorf("%d nodes ran for the cluster, want 4 (3 control-plane, 1 worker)", len(nodes))
-		}
-		return nil
-	})
-	t.Logf("%s: Cluster deleted after %s: CAPV destroyed its 4 VMs in vcsim and their nodes stopped", dist, time.Since(start).Round(time.Second))
-}
-
-// scaleControlPlane scales the KairosControlPlane to replicas through CAPV: each new Machine's
-// VM is cloned and powered on by CAPV, its node joins etcd and the cluster through the VIP, and
-// the control plane is Available with every member healthy at the address its VM reported.
-func (s *stack) scaleControlPlane(t *testing.T, ns, name string, kcp *controlplanev1.KairosControlPlane, replicas int32) {
-	ctx := context.Background()
-	c := s.h.Client
-	start := time.Now()
-	if err := c.Get(ctx, client.ObjectKeyFromObject(kcp), kcp); err != nil {
-		t.Fatal(err)
-	}
-	patch := client.MergeFrom(kcp.DeepCopy())
-	kcp.Spec.Replicas = ptrTo(replicas)
-	if err := c.Patch(ctx, kcp, patch); err != nil {
-		t.Fatalf("scaling the KairosControlPlane to %d: %v", replicas, err)
-	}
-	last := ""
-	framework.Eventually(t, 10*time.Minute, func() error {
-		if err := c.Get(ctx, client.ObjectKeyFromObject(kcp), kcp); err != nil {
-			return err
-		}
-		machines := &clusterv1.MachineList{}
-		if err := c.List(ctx, machines, client.InNamespace(ns), client.MatchingLabels{clusterv1.MachineControlPlaneLabel: "", clusterv1.ClusterNameLabel: name}); err != nil {
-			return err
-		}
-		var parts []string
-		ready := 0
-		for i := range machines.Items {
-			m := &machines.Items[i]
-			g, _ := s.bridge.Guest(m.Spec.InfrastructureRef.Name)
-			node := "no node"
-			if g.Node != nil {
-				st := g.Node.Status()
-				if st.Phase == simnode.PhaseRefused {
-					t.Fatalf("the node of VM %s refused: %s: %s", m.Spec.InfrastructureRef.Name, st.Reason, st.Message)
-				}
-				node = fmt.Sprintf("%s/%s", st.Phase, st.Reason)
-			}
-			parts = append(parts, fmt.Sprintf("%s: providerID=%q nodeRef=%q etcd=%s node=%s", m.Name, m.Spec.ProviderID, m.Status.NodeRef.Name,
-				condition(m, controlplanev1.MachineEtcdMemberHealthyCondition), node))
-			if g.Node != nil && m.Spec.ProviderID == "vsphere://"+g.UUID && m.Status.NodeRef.IsDefined() && conditions.IsTrue(m, controlplanev1.MachineEtcdMemberHealthyCondition) {
-				ready++
-			}
-		}
-		sort.Strings(parts)
-		state := fmt.Sprintf("KCP Available=%s EtcdClusterHealthy=%s; %s", condition(kcp, controlplanev1.AvailableCondition),
-			condition(kcp, controlplanev1.EtcdClusterHealthyCondition), strings.Join(parts, "; "))
-		if state != last {
-			t.Logf("%5.1fs scaling to %d: %s", time.Since(start).Seconds(), replicas, state)
-			last = state
-		}
-		if ready != int(replicas) || len(machines.Items) != int(replicas) || !conditions.IsTrue(kcp, controlplanev1.AvailableCondition) ||
-			!conditions.IsTrue(kcp, controlplanev1.EtcdClusterHealthyCondition) {
-			return fmt.Errorf("%d of %d control-plane Machines ready: %s", ready, replicas, state)
-		}
-		return nil
-	})
-	t.Logf("the control plane scaled to %d through CAPV in %s", replicas, time.Since(start).Round(time.Second))
-}
-
-// powerOffInVCenter powers a VM off as a vCenter user would, with the Cluster paused so that
-// CAPV does not power it on again (CAPV/pkg/services/govmomi/service.go ReconcileVM powers on
-// any VM it finds off): the node goes with the power.
-func (s *stack) powerOffInVCenter(t *testing.T, cluster *clusterv1.Cluster, vmName string, node *simnode.Node) {
-	ctx := context.Background()
-	patch := client.MergeFrom(cluster.DeepCopy())
-	cluster.Spec.Paused = ptrTo(true)
-	if err := s.h.Client.Patch(ctx, cluster, patch); err != nil {
-		t.Fatal(err)
-	}
-	vm, _, err := s.vc.VM(ctx, vmName)
-	if err != nil || vm == nil {
-		t.Fatalf("VM %s in vcsim: %v", vmName, err)
-	}
-	task, err := vm.PowerOff(ctx)
-	if err == nil {
-		err = task.Wait(ctx)
-	}
-	if err != nil {
-		t.Fatalf("powering VM %s off: %v", vmName, err)
-	}
-	start := time.Now()
-	framework.Eventually(t, time.Minute, func() error {
-		if _, on := s.bridge.Guest(vmName); on {
-			return fmt.Errorf("the bridge still plays VM %s", vmName)
-		}
-		if st := node.Status(); st.Phase != simnode.PhaseStopped {
-			return fmt.Errorf("the node of VM %s is %s", vmName, st.Phase)
-		}
-		return nil
-	})
-	t.Logf("VM %s powered off in vcsim: its node stopped after %s", vmName, time.Since(start).Round(100*time.Millisecond))
+	return c
 }
 
 // undecodableUserData: a Machine whose bootstrap Secret is not cloud-config (format ignition)
@@ -502,7 +448,7 @@ func (s *stack) undecodableUserData(t *testing.T) {
 				"network": map[string]any{"devices": []any{map[string]any{"networkName": vsphere.Network, "dhcp4": true}}}},
 		}},
 		&clusterv1.Machine{ObjectMeta: metav1.ObjectMeta{Name: name + "-0", Namespace: ns, Labels: map[string]string{clusterv1.ClusterNameLabel: name}},
-			Spec: clusterv1.MachineSpec{ClusterName: name, Bootstrap: clusterv1.Bootstrap{DataSecretName: ptrTo(name + "-bootstrap")},
+			Spec: clusterv1.MachineSpec{ClusterName: name, Bootstrap: clusterv1.Bootstrap{DataSecretName: ptr.To(name + "-bootstrap")},
 				InfrastructureRef: clusterv1.ContractVersionedObjectReference{APIGroup: "infrastructure.cluster.x-k8s.io", Kind: "VSphereMachine", Name: name + "-0"}}},
 	}
 	for _, o := range objs {
@@ -511,7 +457,7 @@ func (s *stack) undecodableUserData(t *testing.T) {
 		}
 	}
 	var g vsphere.GuestStatus
-	framework.Eventually(t, 3*time.Minute, func() error {
+	framework.Eventually(t, waitControlPlane, func() error {
 		var on bool
 		if g, on = s.bridge.Guest(name + "-0"); !on {
 			return fmt.Errorf("VM %s-0 is not powered on yet", name)
@@ -523,8 +469,7 @@ func (s *stack) undecodableUserData(t *testing.T) {
 	}
 	t.Logf("the guest refused: %v", g.Refused)
 	// CAPV keeps waiting for an address: the VSphereMachine is not provisioned.
-	vsm := &unstructured.Unstructured{}
-	vsm.SetGroupVersionKind(vsphere.VSphereVMGVK.GroupVersion().WithKind("VSphereMachine"))
+	vsm := newCAPVObject("VSphereMachine")
 	framework.Consistently(t, 15*time.Second, func() error {
 		if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name + "-0"}, vsm); err != nil {
 			return err
@@ -536,8 +481,6 @@ func (s *stack) undecodableUserData(t *testing.T) {
 	})
 	t.Logf("CAPV waits: VSphereMachine %s conditions [%s]", vsm.GetName(), conditionSummary(vsm))
 }
-
-func ptrTo[T any](v T) *T { return &v }
 
 // observe reads the control plane's state once and says whether it is done: the one Machine has
 // its provider ID and node, the node runs, the KairosControlPlane is Available.
@@ -565,8 +508,7 @@ func (s *stack) observe(ctx context.Context, ns, name string, cluster *clusterv1
 	}
 	parts = append(parts, fmt.Sprintf("Machine %s providerID=%q nodeRef=%q phase=%s", m.Name, m.Spec.ProviderID, m.Status.NodeRef.Name, m.Status.Phase))
 	vmName := m.Spec.InfrastructureRef.Name
-	vsm := &unstructured.Unstructured{}
-	vsm.SetGroupVersionKind(vsphere.VSphereVMGVK.GroupVersion().WithKind("VSphereMachine"))
+	vsm := newCAPVObject("VSphereMachine")
 	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: vmName}, vsm); err == nil {
 		p, _, _ := unstructured.NestedBool(vsm.Object, "status", "initialization", "provisioned")
 		parts = append(parts, fmt.Sprintf("VSphereMachine provisioned=%v [%s]", p, conditionSummary(vsm)))

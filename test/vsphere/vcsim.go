@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"sort"
 	"time"
 
 	"github.com/vmware/govmomi/find"
@@ -31,8 +32,13 @@ import (
 	"github.com/vmware/govmomi/vim25/types"
 )
 
-// TemplateName is the VM template of a Kairos image in the simulated vCenter.
-const TemplateName = "kairos-template"
+// TemplateName is the VM template of a Kairos image in the simulated vCenter; NextTemplateName
+// is a second one, as an administrator imports the OVA of the next Kairos release next to the
+// first: what a rolling upgrade through a new VSphereMachineTemplate clones.
+const (
+	TemplateName     = "kairos-template"
+	NextTemplateName = "kairos-template-next"
+)
 
 // The VPX model's inventory (GOVMOMI/simulator/model.go names), as a VSphereMachine or the
 // vSphere flavor's variables name it.
@@ -78,7 +84,8 @@ func (v *VCSim) Stop() {
 }
 
 // StartVCSim starts a VPX (vCenter) model listening on 127.0.0.1 with TLS and the REST
-// endpoints, and turns its first VM into a powered-off template named TemplateName. The
+// endpoints, and turns its two VMs into powered-off templates named TemplateName and
+// NextTemplateName. The
 // model and server set-up follows govmomi's simulator package (simulator/model.go VPX,
 // simulator/simulator.go Service.NewServer) and CAPV's own test helper
 // (internal/test/helpers/vcsim/builder.go: TLS, RegisterEndpoints, vapi/simulator import).
@@ -86,7 +93,7 @@ func StartVCSim(ctx context.Context) (*VCSim, error) {
 	model := simulator.VPX()
 	model.ClusterHost = 1 // one host in the cluster
 	model.Host = 0        // no standalone host
-	model.Machine = 1     // one VM per resource pool: it becomes the template
+	model.Machine = 2     // two VMs per resource pool: they become the templates
 	if err := model.Create(); err != nil {
 		return nil, err
 	}
@@ -119,21 +126,23 @@ func StartVCSim(ctx context.Context) (*VCSim, error) {
 		return nil, err
 	}
 	v.Finder.SetDatacenter(dc)
-	if err := v.makeTemplate(ctx); err != nil {
+	vms, err := v.Finder.VirtualMachineList(ctx, "*")
+	if err != nil || len(vms) != 2 {
 		v.Stop()
-		return nil, fmt.Errorf("template: %w", err)
+		return nil, fmt.Errorf("the VPX model's VMs: %d, %v; want 2", len(vms), err)
+	}
+	for i, name := range []string{TemplateName, NextTemplateName} {
+		if err := v.makeTemplate(ctx, vms[i], name); err != nil {
+			v.Stop()
+			return nil, fmt.Errorf("template %s: %w", name, err)
+		}
 	}
 	return v, nil
 }
 
-// makeTemplate powers off the model's first VM, renames it TemplateName and marks it a template,
-// as an imported Kairos OVA would be.
-func (v *VCSim) makeTemplate(ctx context.Context) error {
-	vms, err := v.Finder.VirtualMachineList(ctx, "*")
-	if err != nil {
-		return err
-	}
-	vm := vms[0]
+// makeTemplate powers off one of the model's VMs, renames it and marks it a template, as an
+// imported Kairos OVA would be.
+func (v *VCSim) makeTemplate(ctx context.Context, vm *object.VirtualMachine, name string) error {
 	if state, err := vm.PowerState(ctx); err == nil && state == types.VirtualMachinePowerStatePoweredOn {
 		task, err := vm.PowerOff(ctx)
 		if err != nil {
@@ -143,7 +152,7 @@ func (v *VCSim) makeTemplate(ctx context.Context) error {
 			return err
 		}
 	}
-	task, err := vm.Rename(ctx, TemplateName)
+	task, err := vm.Rename(ctx, name)
 	if err != nil {
 		return err
 	}
@@ -163,13 +172,16 @@ func (v *VCSim) makeTemplate(ctx context.Context) error {
 	return nil
 }
 
-// cloneSpecTemplate is a vcsim template whose clones get the extraConfig and instanceUuid of
-// the clone spec. vcsim v0.53.0 (and v0.54.0) drops them: CloneVMTask (simulator/
+// cloneSpecTemplate is a vcsim template whose clones get the extraConfig, instanceUuid, numCPUs
+// and memoryMB of the clone spec, as on a real vCenter. vcsim v0.53.0 (and v0.54.0) drops them: CloneVMTask (simulator/
 // virtual_machine.go) copies spec.config's extraConfig, uuid, instanceUuid, numCPUs and memoryMB
 // into a copy of the new VM's config spec ("dst, src := config, req.Spec.Config" copies the
 // struct), so CreateVM never sees them. CAPV puts the bootstrap data there
 // (pkg/services/govmomi/vcenter/clone.go: guestinfo.userdata) and the VSphereVM's UID as
-// instanceUuid; without this the clone has neither (CAPV then finds the VM by inventory path).
+// instanceUuid, and the VSphereMachine's numCPUs and memoryMiB as numCPUs and memoryMB; without
+// this the clone has none of them (CAPV then finds the VM by inventory path, and every clone has
+// the template's hardware, so a new VSphereMachineTemplate with other hardware changes nothing
+// one could see in vCenter).
 type cloneSpecTemplate struct {
 	*simulator.VirtualMachine
 }
@@ -212,6 +224,16 @@ func (t *cloneSpecTemplate) CloneVMTask(ctx *simulator.Context, req *types.Clone
 					types.PropertyChange{Name: "config.instanceUuid", Val: spec.InstanceUuid},
 					types.PropertyChange{Name: "summary.config.instanceUuid", Val: spec.InstanceUuid})
 			}
+			if spec.NumCPUs != 0 {
+				changes = append(changes,
+					types.PropertyChange{Name: "config.hardware.numCPU", Val: spec.NumCPUs},
+					types.PropertyChange{Name: "summary.config.numCpu", Val: spec.NumCPUs})
+			}
+			if spec.MemoryMB != 0 {
+				changes = append(changes,
+					types.PropertyChange{Name: "config.hardware.memoryMB", Val: int32(spec.MemoryMB)},
+					types.PropertyChange{Name: "summary.config.memorySizeMB", Val: int32(spec.MemoryMB)})
+			}
 			if len(changes) > 0 {
 				ctx.Update(clone, changes)
 			}
@@ -233,11 +255,60 @@ func (v *VCSim) VM(ctx context.Context, name string) (*object.VirtualMachine, *m
 		return nil, nil, err
 	}
 	var props mo.VirtualMachine
-	if err := vm.Properties(ctx, vm.Reference(), []string{"config.extraConfig", "config.uuid", "runtime.powerState", "guest.net"}, &props); err != nil {
+	if err := vm.Properties(ctx, vm.Reference(), []string{"config.extraConfig", "config.uuid", "config.hardware.memoryMB", "config.hardware.numCPU", "runtime.powerState", "guest.net"}, &props); err != nil {
 		return nil, nil, err
 	}
 	if props.Config == nil {
 		return nil, nil, nil // still being created
 	}
 	return vm, &props, nil
+}
+
+// VMNames returns the names of the VMs (templates included) whose names match pattern (an
+// inventory path pattern such as "kairos-k0s-*"), sorted; none is no error.
+func (v *VCSim) VMNames(ctx context.Context, pattern string) ([]string, error) {
+	vms, err := v.Finder.VirtualMachineList(ctx, pattern)
+	if err != nil {
+		var nf *find.NotFoundError
+		if errors.As(err, &nf) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("listing the VMs %s: %w", pattern, err)
+	}
+	names := make([]string, 0, len(vms))
+	for _, vm := range vms {
+		names = append(names, vm.Name())
+	}
+	sort.Strings(names)
+	return names, nil
+}
+
+// DestroyVM deletes a VM as a vCenter administrator does (vSphere Client "Delete from Disk"):
+// powered off first, since vCenter refuses to destroy a running VM, then destroyed, its files
+// with it. Nothing of Cluster API is told.
+func (v *VCSim) DestroyVM(ctx context.Context, name string) error {
+	vm, props, err := v.VM(ctx, name)
+	if err != nil {
+		return err
+	}
+	if vm == nil {
+		return fmt.Errorf("no VM %s in vcsim", name)
+	}
+	if props.Runtime.PowerState == types.VirtualMachinePowerStatePoweredOn {
+		task, err := vm.PowerOff(ctx)
+		if err == nil {
+			err = task.Wait(ctx)
+		}
+		if err != nil {
+			return fmt.Errorf("powering VM %s off: %w", name, err)
+		}
+	}
+	task, err := vm.Destroy(ctx)
+	if err == nil {
+		err = task.Wait(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("destroying VM %s: %w", name, err)
+	}
+	return nil
 }

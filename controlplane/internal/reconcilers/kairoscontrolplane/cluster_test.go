@@ -558,3 +558,47 @@ func TestReconcileTemplateOwnership(t *testing.T) {
 		t.Errorf("infraTemplateErr = %q", s.infraTemplateErr)
 	}
 }
+
+// TestReconcileSecretOwnership: the Secrets the KairosConfigSpec references are owned by the
+// Cluster when they are labelled as its own (the flavors' login Secret), so that deleting the
+// Cluster deletes them; a Secret without the label, or labelled for another cluster, is left to
+// its user.
+func TestReconcileSecretOwnership(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	secret := func(name, cluster string) *corev1.Secret {
+		s := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: name}, Data: map[string][]byte{"value": []byte("x")}}
+		if cluster != "" {
+			s.Labels = map[string]string{clusterv1.ClusterNameLabel: cluster}
+		}
+		return s
+	}
+	f.objs = append(f.objs, secret("login", clusterName), secret("shared", ""), secret("other", "another-cluster"), secret("unreferenced", clusterName))
+	f.kcp.Spec.KairosConfigSpec = bootstrapv1.KairosConfigSpec{
+		UserPasswordSecretRef: &bootstrapv1.SecretKeyReference{Name: "login"},
+		Files: []bootstrapv1.File{
+			{Path: "/etc/a", ContentFrom: &bootstrapv1.SecretKeyReference{Name: "shared"}},
+			{Path: "/etc/b", ContentFrom: &bootstrapv1.SecretKeyReference{Name: "other"}},
+			{Path: "/etc/c", ContentFrom: &bootstrapv1.SecretKeyReference{Name: "missing"}},
+		},
+	}
+	e := f.build()
+	for pass := 0; pass < 2; pass++ {
+		if _, err := e.r.reconcileTemplateOwnership(ctx, e.scope(ctx)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for name, want := range map[string]bool{"login": true, "shared": false, "other": false, "unreferenced": false} {
+		s := &corev1.Secret{}
+		if err := e.c.Get(ctx, client.ObjectKey{Namespace: testNS, Name: name}, s); err != nil {
+			t.Fatal(err)
+		}
+		owned := false
+		for _, r := range s.OwnerReferences {
+			owned = owned || (r.Kind == "Cluster" && r.Name == clusterName && r.UID == f.cluster.UID && r.Controller == nil)
+		}
+		if owned != want || len(s.OwnerReferences) > 1 {
+			t.Errorf("Secret %s owners %v, want owned by the Cluster %v (and by nothing else)", name, s.OwnerReferences, want)
+		}
+	}
+}
