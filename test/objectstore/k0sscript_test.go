@@ -112,9 +112,7 @@ func (n *node) save(t *testing.T, kind string) (string, error) {
 // the Signature V4 verifier; retention keeps the newest snapshots of each kind, here and in the
 // bucket; the objects hold what k0s backup wrote, under <folder>/<name>-<node>-<unix time>.tar.gz.
 func TestRenderedK0sScriptUploadsWithCurl(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("no curl on this machine: the rendered k0s script uploads with curl")
-	}
+	requireCurl(t)
 	s := Start(t, Options{Buckets: []string{"site-backups"}, Region: "eu-west-1"})
 	n := newNode(t, k0sNode(t, s, s.AccessKeyID, s.SecretAccessKey, 2))
 
@@ -163,9 +161,7 @@ func TestRenderedK0sScriptUploadsWithCurl(t *testing.T) {
 // With keys the store does not accept, the script fails, says which step failed, and stores
 // nothing; the secret is in no output.
 func TestRenderedK0sScriptRefusedWithWrongKeys(t *testing.T) {
-	if _, err := exec.LookPath("curl"); err != nil {
-		t.Skip("no curl on this machine: the rendered k0s script uploads with curl")
-	}
+	requireCurl(t)
 	s := Start(t, Options{Buckets: []string{"site-backups"}})
 	const wrong = "not-the-store-secret"
 	n := newNode(t, k0sNode(t, s, s.AccessKeyID, wrong, 2))
@@ -178,5 +174,14 @@ func TestRenderedK0sScriptRefusedWithWrongKeys(t *testing.T) {
 	}
 	if keys, _ := s.Keys("site-backups"); len(keys) != 0 || s.Refused() == 0 {
 		t.Errorf("stored %q, refused %d", keys, s.Refused())
+	}
+}
+
+// requireCurl fails the test without curl: the rendered k0s script uploads with it, as a Kairos
+// node does (kairos-init installs it), and a skipped test would prove nothing about the script.
+func requireCurl(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatalf("curl is not installed: these tests run the rendered k0s snapshot script, which uploads with curl (install it, for example apt-get install curl)")
 	}
 }

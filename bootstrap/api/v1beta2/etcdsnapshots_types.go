@@ -18,10 +18,6 @@ const (
 	EtcdSnapshotSecretAccessKeyKey = "secretAccessKey"
 )
 
-// EtcdSnapshotRequestAnnotation on a KairosControlPlane asks every etcd member for an on-demand
-// snapshot each time its value changes (docs/backups.md, "On demand").
-const EtcdSnapshotRequestAnnotation = "controlplane.cluster.x-k8s.io/etcd-snapshot-request"
-
 // EtcdSnapshots configures scheduled snapshots of a control-plane node's etcd member to an
 // S3-compatible object store, a snapshot before every in-place upgrade and on-demand snapshots.
 // On a KairosControlPlane it is spec.etcd.snapshots, which the control plane copies into the

@@ -20,18 +20,6 @@ const (
 	// KairosConfig CRD) is within the version-skew policy and accepts the KairosConfigs of new
 	// Machines. While it is False no Machine is created, rolled out or remediated.
 	BootstrapProviderCompatibleCondition = "BootstrapProviderCompatible"
-	// EtcdSnapshotsUpToDateCondition, set only with spec.etcd.snapshots, is False when a member's
-	// newest snapshot in the store has missed two scheduled times of the schedule (for a regular
-	// schedule: it is older than twice the interval), or the store cannot be listed.
-	EtcdSnapshotsUpToDateCondition = "EtcdSnapshotsUpToDate"
-)
-
-// Reasons of EtcdSnapshotsUpToDateCondition.
-const (
-	EtcdSnapshotsUpToDateReason         = "UpToDate"
-	EtcdSnapshotsStaleReason            = "Stale"
-	EtcdSnapshotsNoSnapshotsReason      = "NoSnapshots"
-	EtcdSnapshotsStoreUnreachableReason = "StoreUnreachable"
 )
 
 // MachineEtcdMemberHealthyCondition is set on every control-plane Machine: whether the etcd

@@ -294,8 +294,7 @@ type KairosControlPlaneKubeconfigSpec struct {
 // KairosControlPlaneStatus is the observed state of a Kairos control plane.
 type KairosControlPlaneStatus struct {
 	// conditions: Available, Initialized, CertificatesAvailable, MachinesReady,
-	// MachinesUpToDate, RollingOut, ScalingUp, ScalingDown, Remediating, Deleting, Paused,
-	// EtcdSnapshotsUpToDate (only with spec.etcd.snapshots).
+	// MachinesUpToDate, RollingOut, ScalingUp, ScalingDown, Remediating, Deleting, Paused.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -350,59 +349,6 @@ type KairosControlPlaneStatus struct {
 	// lastRemediation describes the latest remediation.
 	// +optional
 	LastRemediation LastRemediationStatus `json:"lastRemediation,omitempty,omitzero"`
-
-	// etcd reports the control plane's etcd: the newest snapshot of each member.
-	// +optional
-	Etcd KairosControlPlaneEtcdStatus `json:"etcd,omitempty,omitzero"`
-}
-
-// KairosControlPlaneEtcdStatus reports the control plane's etcd.
-// +kubebuilder:validation:MinProperties=1
-type KairosControlPlaneEtcdStatus struct {
-	// snapshots lists the newest snapshot of each etcd member found in the object store of
-	// spec.etcd.snapshots, whatever its kind (scheduled, before an upgrade, on demand).
-	// +optional
-	// +listType=map
-	// +listMapKey=member
-	// +kubebuilder:validation:MaxItems=100
-	Snapshots []EtcdSnapshotStatus `json:"snapshots,omitempty"`
-}
-
-// EtcdSnapshotStatus is a snapshot of one etcd member in the object store.
-type EtcdSnapshotStatus struct {
-	// member is the node whose etcd member took the snapshot (its node name).
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	Member string `json:"member"`
-
-	// machine is the control-plane Machine of that node, when it still exists.
-	// +optional
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=253
-	Machine string `json:"machine,omitempty"`
-
-	// name of the snapshot: the object's name without the folder, which k3s'
-	// --cluster-reset-restore-path and the k0s restore script take.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=1024
-	Name string `json:"name"`
-
-	// location is the snapshot's URL, s3://<bucket>/<key>.
-	// +required
-	// +kubebuilder:validation:MinLength=1
-	// +kubebuilder:validation:MaxLength=2048
-	Location string `json:"location"`
-
-	// time the snapshot was taken.
-	// +required
-	Time metav1.Time `json:"time,omitzero"`
-
-	// sizeBytes is the size of the object.
-	// +required
-	// +kubebuilder:validation:Minimum=0
-	SizeBytes int64 `json:"sizeBytes"`
 }
 
 // KairosControlPlaneInitializationStatus reports the control plane's initialization.
