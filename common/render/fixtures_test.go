@@ -232,6 +232,27 @@ func goldenCases() []goldenCase {
 			n.EtcdSnapshots = fixtureEtcdSnapshots(p)
 			return n
 		}},
+		{name: "k0s-etcd-restore", node: func(tb testing.TB, p *PKI) Node {
+			n := node(K0s, RoleControlPlane)
+			n.Init = true
+			n.SingleNode = true
+			n.Hostname = "site-a-cp-b9m4q"
+			n.PKI = p
+			n.EtcdSnapshots = fixtureEtcdSnapshots(p)
+			n.EtcdSnapshots.Restore = true
+			return n
+		}},
+		{name: "k3s-etcd-restore", node: func(tb testing.TB, p *PKI) Node {
+			n := node(K3s, RoleControlPlane)
+			n.Init = true
+			n.SingleNode = true
+			n.Hostname = "site-a-cp-b9m4q"
+			n.PKI = p
+			setK3sTokens(tb, p, &n)
+			n.EtcdSnapshots = fixtureEtcdSnapshots(p)
+			n.EtcdSnapshots.Restore = true
+			return n
+		}},
 		{name: "k3s-worker", node: func(tb testing.TB, p *PKI) Node {
 			n := node(K3s, RoleWorker)
 			n.HostnamePrefix = "demo-md-"

@@ -44,6 +44,10 @@ func TestEtcdSnapshotsRefused(t *testing.T) {
 		"secret newline": {K0s, func(n *Node) { n.EtcdSnapshots.SecretAccessKey = secret + "\n" }, "the secret access key a line break"},
 		"key colon":      {K3s, func(n *Node) { n.EtcdSnapshots.AccessKeyID = secret + ":" }, "the access key ID holds a ':'"},
 		"no secret":      {K3s, func(n *Node) { n.EtcdSnapshots.SecretAccessKey = "" }, "are both required"},
+		"restore on a joining node": {K3s, func(n *Node) {
+			n.Init = false
+			n.EtcdSnapshots.Restore = true
+		}, "EtcdSnapshots.Restore: only the node that creates the cluster restores a snapshot; the others join it"},
 		// k3s flags that would fight the rendered settings, in every place k3s reads flags.
 		"k3s arg":     {K3s, func(n *Node) { n.Args = []string{"--etcd-s3-bucket=other"} }, "Args[0]: --etcd-s3-bucket is managed by kairos-capi: etcd snapshots are configured by etcdSnapshots"},
 		"k3s disable": {K3s, func(n *Node) { n.Args = []string{"--etcd-disable-snapshots"} }, "--etcd-disable-snapshots is managed by kairos-capi"},

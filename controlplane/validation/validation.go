@@ -123,13 +123,19 @@ func ValidateKairosControlPlaneTemplateResourceSpec(s *controlplanev1.KairosCont
 	return append(errs, validateEtcd(&s.Etcd, &s.KairosConfigSpec, fld)...)
 }
 
-// msgSnapshotsInConfigSpec is the CEL rule's message (embeddedConfigRules).
-const msgSnapshotsInConfigSpec = "the control plane sets it from spec.etcd.snapshots: move it there"
+// msgSnapshotsInConfigSpec and msgRestoreInSpec are the CEL rules' messages.
+const (
+	msgSnapshotsInConfigSpec = "the control plane sets it from spec.etcd.snapshots: move it there"
+	msgRestoreInSpec         = "the control plane sets restore itself, on the replacement of its last Machine: remove it"
+)
 
 // validateEtcd checks spec.etcd: the snapshots with the bootstrap provider's rules, and no
 // snapshots in kairosConfigSpec, where the control plane puts spec.etcd.snapshots itself.
 func validateEtcd(etcd *controlplanev1.KairosControlPlaneEtcdSpec, cfg *bootstrapv1.KairosConfigSpec, fld *field.Path) field.ErrorList {
 	errs := kcvalidation.ValidateEtcdSnapshots(etcd.Snapshots, fld.Child("etcd", "snapshots"))
+	if etcd.Snapshots != nil && etcd.Snapshots.Restore != "" {
+		errs = append(errs, field.Forbidden(fld.Child("etcd", "snapshots", "restore"), msgRestoreInSpec))
+	}
 	if cfg.EtcdSnapshots != nil {
 		errs = append(errs, field.Forbidden(fld.Child("kairosConfigSpec", "etcdSnapshots"), msgSnapshotsInConfigSpec))
 	}

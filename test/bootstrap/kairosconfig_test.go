@@ -408,6 +408,65 @@ func TestWorkerK3sAndOverride(t *testing.T) {
 	}
 }
 
+// TestRestoreCreatesTheClusterAgain: a control-plane config that restores an etcd snapshot,
+// added after the cluster was initialized (its only node lost), gets the data of the node that
+// creates the cluster, not a join: --cluster-init, the cluster's own CA and server token (which
+// decrypt k3s' bootstrap data in the snapshot), and the restore before k3s first starts. A
+// config without restore added at the same time joins, as before.
+func TestRestoreCreatesTheClusterAgain(t *testing.T) {
+	ns := newNamespace(t)
+	tc := newCluster(t, ns, "rs")
+	tc.provision()
+	tc.waitForData(tc.addMachine("cp-0", controlPlane(bootstrapv1.DistributionK3s), version))
+	tc.initialize()
+
+	creds := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "s3", Namespace: ns},
+		Data: map[string][]byte{
+			bootstrapv1.EtcdSnapshotAccessKeyIDKey: []byte("AKIARESTORE"), bootstrapv1.EtcdSnapshotSecretAccessKeyKey: []byte("restore-secret"),
+		},
+	}
+	if err := tc.c.Create(tc.ctx, creds); err != nil {
+		t.Fatal(err)
+	}
+	spec := controlPlane(bootstrapv1.DistributionK3s)
+	spec.EtcdSnapshots = &bootstrapv1.EtcdSnapshots{
+		S3: bootstrapv1.EtcdSnapshotS3{
+			Endpoint: "s3.example.com", Bucket: "site-backups",
+			CredentialsSecret: bootstrapv1.S3CredentialsSecretReference{Name: "s3"},
+		},
+		Restore: bootstrapv1.EtcdSnapshotRestoreNewest,
+	}
+	_, doc := tc.waitForData(tc.addMachine("cp-1", spec, version))
+	for _, want := range []string{"--cluster-init", "ExecStartPre=/bin/sh " + render.EtcdRestoreScript, "--cluster-reset-restore-path="} {
+		if !bytes.Contains(doc, []byte(want)) {
+			t.Errorf("the restoring node's data lacks %q", want)
+		}
+	}
+	if bytes.Contains(doc, []byte("--server=")) {
+		t.Error("the restoring node joins the lost cluster instead of creating it again")
+	}
+	clusterToken := &corev1.Secret{}
+	if err := tc.c.Get(tc.ctx, client.ObjectKey{Namespace: ns, Name: "rs-k3s-token"}, clusterToken); err != nil {
+		t.Fatal(err)
+	}
+	if got := renderedFile(t, doc, render.K3sTokenPath); got != strings.TrimSpace(string(clusterToken.Data["value"])) {
+		t.Error("the restoring node does not get the cluster's server token")
+	}
+	ca := &corev1.Secret{}
+	if err := tc.c.Get(tc.ctx, client.ObjectKey{Namespace: ns, Name: "rs-ca"}, ca); err != nil {
+		t.Fatal(err)
+	}
+	if got := renderedFile(t, doc, render.K3sTLSDir+"/server-ca.crt"); got != strings.TrimSpace(string(ca.Data["tls.crt"])) {
+		t.Error("the restoring node does not get the cluster's CA")
+	}
+
+	_, joinDoc := tc.waitForData(tc.addMachine("cp-2", controlPlane(bootstrapv1.DistributionK3s), version))
+	if !bytes.Contains(joinDoc, []byte("--server=")) || bytes.Contains(joinDoc, []byte("--cluster-init")) {
+		t.Error("a control-plane node without restore does not join the initialized cluster")
+	}
+}
+
 // TestPause: a paused Cluster or annotation stops rendering and reports Paused.
 func TestPause(t *testing.T) {
 	tc := newCluster(t, newNamespace(t), "p")

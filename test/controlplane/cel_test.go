@@ -77,6 +77,11 @@ var celCases = []struct {
 		"etcd.snapshots.s3.prefix", "without a leading or trailing '/'"},
 	{"snapshot region", func(s *cpSpec) { s.Etcd.Snapshots = snapshots(); s.Etcd.Snapshots.S3.Region = "EU West" },
 		"etcd.snapshots.s3.region", "must be a region name of lowercase letters, digits and hyphens, for example eu-west-1"},
+	{"snapshot restore", func(s *cpSpec) {
+		s.Etcd.Snapshots = snapshots()
+		s.Etcd.Snapshots.Restore = bootstrapv1.EtcdSnapshotRestoreNewest
+	},
+		"etcd.snapshots.restore", "the control plane sets restore itself, on the replacement of its last Machine: remove it"},
 	{"snapshot CA that is not PEM", func(s *cpSpec) { s.Etcd.Snapshots = snapshots(); s.Etcd.Snapshots.S3.CABundle = "MIIC..." },
 		"etcd.snapshots.s3.caBundle", "must hold PEM certificates (-----BEGIN CERTIFICATE-----)"},
 }

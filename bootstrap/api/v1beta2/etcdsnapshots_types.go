@@ -43,7 +43,24 @@ type EtcdSnapshots struct {
 	// s3 is the S3-compatible object store the snapshots are uploaded to.
 	// +required
 	S3 EtcdSnapshotS3 `json:"s3,omitzero"`
+
+	// restore makes this control-plane node start the cluster again from a snapshot in the
+	// store instead of from an empty etcd: with Newest, before the distribution first starts,
+	// the node restores the newest snapshot of the cluster that restores, trying older ones when
+	// one is corrupt or of another cluster, and does not start while none does (the reason is
+	// in the journal of the distribution's unit). Only the node that creates the cluster
+	// restores. A KairosControlPlane sets it itself on the replacement of its last Machine; it
+	// is refused in its spec.etcd.snapshots.
+	// +optional
+	Restore EtcdSnapshotRestore `json:"restore,omitempty"`
 }
+
+// EtcdSnapshotRestore says which snapshot a node restores.
+// +kubebuilder:validation:Enum=Newest
+type EtcdSnapshotRestore string
+
+// EtcdSnapshotRestoreNewest restores the newest snapshot of the cluster that restores.
+const EtcdSnapshotRestoreNewest EtcdSnapshotRestore = "Newest"
 
 // EtcdSnapshotS3 is an S3-compatible bucket, reached over HTTPS with path-style requests
 // (https://<endpoint>/<bucket>/<key>) and AWS Signature Version 4.

@@ -129,6 +129,7 @@ func etcdSnapshots(spec *bootstrapv1.KairosConfigSpec, in Inputs) (*render.EtcdS
 		Endpoint: e.S3.Endpoint, Bucket: e.S3.Bucket, Folder: strings.TrimPrefix(folder, "/"), Region: e.S3.Region,
 		CABundle:    e.S3.CABundle,
 		AccessKeyID: values[0], SecretAccessKey: values[1],
+		Restore: e.Restore == bootstrapv1.EtcdSnapshotRestoreNewest,
 	}, nil
 }
 

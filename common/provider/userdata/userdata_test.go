@@ -216,6 +216,9 @@ func fieldCases(f *fixture) map[string]fieldCase {
 			want: []string{"retention=12"}},
 		"EtcdSnapshots.S3": {base: "cp-k0s", setup: withSnapshots, mutate: func(s *bootstrapv1.KairosConfigSpec) { s.EtcdSnapshots.S3.Bucket = "other-bucket" },
 			want: []string{"url='https://s3.example.com/other-bucket'"}},
+		"EtcdSnapshots.Restore": {base: "cp-k0s", setup: withSnapshots, mutate: func(s *bootstrapv1.KairosConfigSpec) {
+			s.EtcdSnapshots.Restore = bootstrapv1.EtcdSnapshotRestoreNewest
+		}, want: []string{"ExecStartPre=/bin/sh " + render.EtcdRestoreScript}},
 		"Role": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Role = bootstrapv1.RoleControlPlane },
 			want: []string{"k0s:", "--enable-worker", render.K0sPKIDir + "/ca.key"}},
 		"Distribution": {base: "wk-k0s", mutate: func(s *bootstrapv1.KairosConfigSpec) { s.Distribution = bootstrapv1.DistributionK3s },

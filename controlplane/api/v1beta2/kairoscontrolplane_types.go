@@ -136,12 +136,12 @@ type KairosControlPlaneSpec struct {
 // +kubebuilder:validation:MinProperties=1
 type KairosControlPlaneEtcdSpec struct {
 	// snapshots makes every control-plane node take snapshots of its etcd member on a
-	// schedule, before every in-place upgrade and on demand (the annotation
-	// controlplane.cluster.x-k8s.io/etcd-snapshot-request), and upload them to an
-	// S3-compatible store, named by cluster and node (docs/backups.md). The control plane sets
-	// it on the KairosConfig of every control-plane Machine: changing it rolls the control
-	// plane. The credentials come from a Secret, never inline.
+	// schedule and before every in-place upgrade, and upload them to an S3-compatible store,
+	// named by cluster and node (docs/backups.md). The control plane sets it on the
+	// KairosConfig of every control-plane Machine: changing it rolls the control plane. The
+	// credentials come from a Secret, never inline.
 	// +optional
+	// +kubebuilder:validation:XValidation:rule="!has(self.restore)",message="the control plane sets restore itself, on the replacement of its last Machine: remove it",fieldPath=".restore",reason="FieldValueForbidden"
 	Snapshots *bootstrapv1.EtcdSnapshots `json:"snapshots,omitempty"`
 }
 

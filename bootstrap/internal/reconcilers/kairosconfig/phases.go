@@ -300,6 +300,8 @@ func (r *Reconciler) reconcileCredentials(ctx context.Context, s *scope) (ctrl.R
 	switch {
 	case isControlPlane && !initialized:
 		return r.reconcileInitCredentials(ctx, s)
+	case isControlPlane && restores(s.config):
+		return r.reconcileRestoreCredentials(ctx, s)
 	case !initialized:
 		s.wait(bootstrapv1.WaitingForControlPlaneInitializedReason, "waiting for the control plane of Cluster %s to be initialized", s.cluster.Name)
 		return ctrl.Result{}, nil
@@ -339,6 +341,32 @@ func (r *Reconciler) reconcileInitCredentials(ctx context.Context, s *scope) (ct
 		if _, err := clustersecret.LookupOrGenerateK3sToken(ctx, r.Client, s.clusterKey(), pki.ClusterCA.Cert, owner); err != nil {
 			return ctrl.Result{}, fmt.Errorf("looking up or generating the k3s tokens: %w", err)
 		}
+		return r.lookupK3sTokens(ctx, s)
+	}
+	return ctrl.Result{}, nil
+}
+
+// restores reports whether the node starts the cluster again from an etcd snapshot.
+func restores(c *bootstrapv1.KairosConfig) bool {
+	return c.Spec.EtcdSnapshots != nil && c.Spec.EtcdSnapshots.Restore != ""
+}
+
+// reconcileRestoreCredentials gives a node that restores the cluster from a snapshot what the
+// node that created it had: the cluster's certificates and tokens, which the management
+// cluster kept when every node was lost. It creates the cluster again (Init) instead of
+// joining it, without the init lock: the control plane asks for a restore only when no other
+// control-plane Machine exists, and the cluster is initialized already.
+func (r *Reconciler) reconcileRestoreCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
+	pki, err := clustersecret.LookupPKI(ctx, r.Client, s.clusterKey())
+	if clustersecret.IsMissing(err) {
+		s.wait(bootstrapv1.WaitingForClusterCertificatesReason, "%v", err)
+		return ctrl.Result{RequeueAfter: waitRequeue}, nil
+	}
+	if err != nil {
+		return ctrl.Result{}, err
+	}
+	s.inputs.PKI, s.inputs.Init = pki, true
+	if s.config.Spec.Distribution == bootstrapv1.DistributionK3s {
 		return r.lookupK3sTokens(ctx, s)
 	}
 	return ctrl.Result{}, nil
