@@ -179,6 +179,9 @@ func (b *builder) bootstrapScript() string {
 		s.WriteString("  /bin/sh " + PostCommandsScript + " || { echo \"kairos-capi: the post-commands failed\" >&2; exit 1; }\n")
 		s.WriteString("  touch " + PostCommandsMarker + "\nfi\n")
 	}
+	if n.EtcdSnapshots != nil && n.EtcdSnapshots.Restore {
+		s.WriteString(b.restoreReport())
+	}
 	s.WriteString("mkdir -p " + SentinelPath[:strings.LastIndexByte(SentinelPath, '/')] + "\n")
 	s.WriteString("echo success > " + SentinelPath + "\n")
 	s.WriteString("touch " + BootstrapDoneMarker + "\n")

@@ -410,3 +410,23 @@ func (b *builder) etcdRestoreScript() string {
 	w.WriteString("fail \"no snapshot of cluster $cluster in s3://" + s.Bucket + "/$folder/ restored; " + b.service + " does not start\"\n")
 	return w.String()
 }
+
+// EtcdRestoreConfigMap (in kube-system) is where a node that restored a snapshot says which
+// one, for the control plane to show: nodes never call the management cluster, so the report
+// travels through the restored cluster. Its keys are snapshot, restored (the time) and node.
+const EtcdRestoreConfigMap = "kairos-capi-etcd-restore"
+
+// restoreReport is the bootstrap script's step that, once the API server answers, writes what
+// EtcdRestoreMarker records to EtcdRestoreConfigMap, with the distribution's kubectl and the
+// node's admin credentials, before the sentinel: the Machine is bootstrapped only once the
+// report is in.
+func (b *builder) restoreReport() string {
+	kubectl := string(b.n.Distribution) + " kubectl"
+	return "if [ -e " + EtcdRestoreMarker + " ]; then\n" +
+		"  snapshot=$(sed -n 's/^snapshot=//p' " + EtcdRestoreMarker + ")\n" +
+		"  restored=$(sed -n 's/^restored=//p' " + EtcdRestoreMarker + ")\n" +
+		"  " + kubectl + " -n kube-system create configmap " + EtcdRestoreConfigMap +
+		" --from-literal=snapshot=\"$snapshot\" --from-literal=restored=\"$restored\" --from-literal=node=\"$(hostname)\" --dry-run=client -o yaml |\n" +
+		"    " + kubectl + " apply -f - >/dev/null || { echo \"kairos-capi: reporting the etcd restore failed\" >&2; exit 1; }\n" +
+		"fi\n"
+}

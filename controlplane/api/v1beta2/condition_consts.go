@@ -20,6 +20,18 @@ const (
 	// KairosConfig CRD) is within the version-skew policy and accepts the KairosConfigs of new
 	// Machines. While it is False no Machine is created, rolled out or remediated.
 	BootstrapProviderCompatibleCondition = "BootstrapProviderCompatible"
+	// EtcdRestoredCondition says what the control plane restored when it replaced its last
+	// Machine with one that starts the cluster again from the newest etcd snapshot
+	// (spec.etcd.snapshots): False while that Machine restores and starts, True with the
+	// snapshot's name and time once its node reported them. Absent on a control plane that never
+	// restored; it keeps describing the last restore afterwards.
+	EtcdRestoredCondition = "EtcdRestored"
+)
+
+// Reasons of EtcdRestoredCondition.
+const (
+	EtcdRestoringReason = "Restoring"
+	EtcdRestoredReason  = "Restored"
 )
 
 // MachineEtcdMemberHealthyCondition is set on every control-plane Machine: whether the etcd

@@ -134,6 +134,9 @@ func (s *scope) newKairosConfig(name string, labels, annotations map[string]stri
 		},
 		Spec: *s.requestedConfig(),
 	}
+	if s.restoresFromSnapshot() {
+		config.Spec.EtcdSnapshots.Restore = bootstrapv1.EtcdSnapshotRestoreNewest
+	}
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(config)
 	if err != nil {
 		return nil, fmt.Errorf("converting KairosConfig %s: %w", name, err)

@@ -297,6 +297,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		r.reconcilePrerequisites,
 		r.reconcileKubeconfig,
 		r.reconcileInitialized,
+		r.reconcileEtcdRestore,
 		r.reconcileOrphans,
 		r.syncMachines,
 		r.reconcilePreTerminateHooks,

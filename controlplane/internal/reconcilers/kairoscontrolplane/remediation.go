@@ -83,7 +83,11 @@ func (r *Reconciler) reconcileRemediation(ctx context.Context, s *scope) (ctrl.R
 		return ctrl.Result{RequeueAfter: s.remediationRequeue}, err
 	}
 
-	if s.initialized() {
+	// The last Machine of a control plane with etcd snapshots is replaced by one that restores
+	// the newest snapshot (docs/backups.md): there is no quorum left to keep, and nothing else
+	// to wait for. Without snapshots its replacement would start an empty etcd.
+	restore := s.initialized() && s.machines.Len() <= 1 && s.kcp.Spec.Etcd.Snapshots != nil
+	if s.initialized() && !restore {
 		if s.machines.Len() <= 1 {
 			return ctrl.Result{}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationBlockedQuorumReason,
 				fmt.Sprintf("Machine %s is the only control-plane Machine: replacing it would lose etcd and the cluster; restore the machine or scale the control plane to 3 first", m.Name))
@@ -135,8 +139,12 @@ func (r *Reconciler) reconcileRemediation(ctx context.Context, s *scope) (ctrl.R
 	}
 	annotations.AddAnnotations(s.kcp, map[string]string{controlplanev1.RemediationInProgressAnnotation: string(raw)})
 	s.kcp.Status.LastRemediation = controlplanev1.LastRemediationStatus{Machine: m.Name, Time: data.Timestamp, RetryCount: data.RetryCount}
-	log.Info("Remediating unhealthy control-plane Machine", "retryCount", data.RetryCount)
-	s.remediation(controlplanev1.RemediatingReason, "deleting unhealthy Machine %s", m.Name)
+	msg := fmt.Sprintf("deleting unhealthy Machine %s", m.Name)
+	if restore {
+		msg += ", the only control-plane Machine: its replacement restores the newest etcd snapshot"
+	}
+	log.Info("Remediating unhealthy control-plane Machine", "retryCount", data.RetryCount, "restoreFromSnapshot", restore)
+	s.remediation(controlplanev1.RemediatingReason, "%s", msg)
 	s.wait("remediating Machine %s", m.Name)
 	return ctrl.Result{}, nil
 }

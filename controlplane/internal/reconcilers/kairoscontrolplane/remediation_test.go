@@ -18,6 +18,7 @@ import (
 	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
 	"sigs.k8s.io/cluster-api/util/conditions"
 
+	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/provider/phases"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 )
@@ -225,6 +226,14 @@ func TestReconcileRemediation(t *testing.T) {
 			},
 			wantReason: controlplanev1.RemediationBlockedQuorumReason, wantBlocked: controlplanev1.RemediationBlockedQuorumReason,
 			wantMessage: "Machine m1 is the only control-plane Machine"},
+		{name: "the only Machine of an initialized control plane with etcd snapshots",
+			setup: func(f *fixture) {
+				f.replicas(1)
+				f.kcp.Spec.Etcd.Snapshots = testSnapshots()
+				f.machine("m1", time.Hour, unhealthy())
+			},
+			wantDeleted: "m1", wantReason: controlplanev1.RemediatingReason,
+			wantMessage: "deleting unhealthy Machine m1, the only control-plane Machine: its replacement restores the newest etcd snapshot"},
 		{name: "the only Machine of a control plane that never initialized",
 			setup: func(f *fixture) {
 				f.replicas(1).notInitialized()
@@ -622,4 +631,99 @@ func upVoters(f *fakeEtcd) int {
 		}
 	}
 	return n
+}
+
+// testSnapshots are etcd snapshot settings.
+func testSnapshots() *bootstrapv1.EtcdSnapshots {
+	return &bootstrapv1.EtcdSnapshots{S3: bootstrapv1.EtcdSnapshotS3{
+		Endpoint: "s3.example.com", Bucket: "site-backups",
+		CredentialsSecret: bootstrapv1.S3CredentialsSecretReference{Name: "s3"},
+	}}
+}
+
+// The only Machine of a control plane with etcd snapshots, unhealthy: it is deleted, its
+// replacement is created only once it is gone (two nodes would otherwise serve the endpoint with
+// diverging data), and the replacement's KairosConfig restores the newest snapshot. The
+// replacement is up to date: restoring is how it started, no reason to roll it.
+func TestLastMachineReplacedByARestore(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.replicas(1)
+	f.kcp.Spec.Etcd.Snapshots = testSnapshots()
+	f.machine("m1", time.Hour, unhealthy())
+	e := f.build()
+
+	run := func() *scope {
+		t.Helper()
+		s := e.scope(ctx)
+		for _, p := range []phases.Phase[*scope]{e.r.reconcilePreTerminateHooks, e.r.reconcileRemediation, e.r.reconcileReplicas} {
+			if _, err := p(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if s.halted {
+				break
+			}
+		}
+		return s
+	}
+
+	run()
+	if got := e.deletedMachines(); !slices.Equal(got, []string{"m1"}) {
+		t.Fatalf("deleted %v, want [m1]", got)
+	}
+	// Drained: the last Machine's hook goes without a member leaving (there is no etcd to keep).
+	m1 := e.getMachine("m1")
+	withCondition(clusterv1.MachineDeletingCondition, metav1.ConditionTrue, clusterv1.MachineDeletingWaitingForPreTerminateHookReason)(m1)
+	if err := e.c.Status().Update(ctx, m1); err != nil {
+		t.Fatal(err)
+	}
+	run()
+	if m1 = e.getMachine("m1"); hasHook(m1) {
+		t.Fatal("the last Machine's pre-terminate hook was kept")
+	}
+	s := run()
+	if len(e.newMachines()) != 0 || s.waitMessage != "waiting for Machine m1 to be deleted" {
+		t.Fatalf("while m1 is deleting: %d new Machines, %q", len(e.newMachines()), s.waitMessage)
+	}
+	m1.Finalizers = nil
+	if err := e.c.Update(ctx, m1); err != nil {
+		t.Fatal(err)
+	}
+
+	s = run()
+	created := e.newMachines()
+	if len(created) != 1 {
+		t.Fatalf("created %d replacements, want 1 (%s)", len(created), s.waitMessage)
+	}
+	config := e.getConfig(created[0].Name)
+	if config.Spec.EtcdSnapshots == nil || config.Spec.EtcdSnapshots.Restore != bootstrapv1.EtcdSnapshotRestoreNewest {
+		t.Fatalf("the replacement's KairosConfig does not restore: %+v", config.Spec.EtcdSnapshots)
+	}
+	s = e.scope(ctx)
+	if ok, why := s.upToDate(e.getMachine(created[0].Name)); !ok {
+		t.Errorf("the restoring replacement is outdated: %v", why)
+	}
+}
+
+// Without etcd snapshots the only Machine is not remediated, and a control plane that lost every
+// Machine creates one that joins, as before: nothing restores.
+func TestNoRestoreWithoutSnapshots(t *testing.T) {
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.replicas(1)
+	e := f.build()
+	s := e.scope(ctx)
+	if s.restoresFromSnapshot() {
+		t.Fatal("a control plane without snapshots restores")
+	}
+	if _, err := e.r.reconcileReplicas(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	created := e.newMachines()
+	if len(created) != 1 {
+		t.Fatalf("created %d Machines (%s)", len(created), s.waitMessage)
+	}
+	if c := e.getConfig(created[0].Name); c.Spec.EtcdSnapshots != nil {
+		t.Errorf("the new Machine's KairosConfig has etcd snapshots: %+v", c.Spec.EtcdSnapshots)
+	}
 }

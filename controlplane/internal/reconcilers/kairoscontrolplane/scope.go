@@ -75,6 +75,8 @@ type scope struct {
 	etcdLeaveMessages []string
 	deletingReason    string
 	deletingMessage   string
+	// restore is what is known of a restore from an etcd snapshot (reconcileEtcdRestore).
+	restore etcdRestore
 	// inPlaceMessage says which path the rollout took for the Machine it acted on, when in-place
 	// updates were considered: updated in place, or replaced and why.
 	inPlaceMessage string
@@ -147,6 +149,13 @@ func (s *scope) requestedConfig() *bootstrapv1.KairosConfigSpec {
 	return desiredstate.RequestedKairosConfigSpec(s.baseConfig, s.kcp.Spec.Distribution, s.desiredReplicas() == 1, s.kcp.Spec.Etcd.Snapshots)
 }
 
+// restoresFromSnapshot says whether the next control-plane Machine starts the cluster again from
+// the newest etcd snapshot instead of joining it: the control plane was initialized, no active
+// control-plane Machine is left to join, and spec.etcd.snapshots is set (docs/backups.md).
+func (s *scope) restoresFromSnapshot() bool {
+	return s.initialized() && s.activeMachines().Len() == 0 && s.kcp.Spec.Etcd.Snapshots != nil
+}
+
 // desiredConfig is the requested spec with defaults applied, what Machines are compared with.
 func (s *scope) desiredConfig() *bootstrapv1.KairosConfigSpec {
 	if s.baseConfig == nil {
@@ -199,6 +208,10 @@ func (s *scope) compareWithSpec(m *clusterv1.Machine) []string {
 		have.Default()
 		want := s.desiredConfig()
 		have.SingleNode, want.SingleNode = false, false
+		// Restoring is how the Machine started, not a setting it must keep.
+		if have.EtcdSnapshots != nil {
+			have.EtcdSnapshots.Restore = ""
+		}
 		if !equality.Semantic.DeepEqual(have, want) {
 			reasons = append(reasons, "KairosConfig spec changed")
 		}

@@ -35,6 +35,7 @@ func updateStatus(ctx context.Context, s *scope) {
 	setRemediatingCondition(s)
 	setDeletingCondition(s)
 	setEtcdClusterHealthyCondition(s)
+	setEtcdRestoredCondition(s)
 	setAvailableCondition(s)
 }
 
