@@ -169,12 +169,16 @@ bench-e2e: ## Kairos bootstrap manager vs CABPK vs the write floor against one A
 # takeTerminal), so that Ctrl-C does not reach make, which would end by it: status 0.
 # IN_PLACE=1 (or true, yes) adds -in-place: Cluster API with its RuntimeSDK and InPlaceUpdates feature gates and
 # the Kairos in-place update extension registered (issue 20).
+# INFRA=vsphere adds -infra vsphere: the cluster comes from the vSphere flavor, through CAPV's own
+# manager (built from source on first use, minutes) on a simulated vCenter (issue 33); as root, in
+# a network namespace of the sandbox's own.
 SANDBOX_ARGS ?=
 IN_PLACE ?=
+INFRA ?=
 
 .PHONY: sandbox
-sandbox: ## Run Cluster API, both providers and simulated Kairos machines locally, with a demo cluster (Ctrl-C stops it; IN_PLACE=1: in-place updates).
-	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go build -o $(BIN)/sandbox ./cmd/sandbox && exec $(BIN)/sandbox $(SANDBOX_ARGS) $(if $(filter 1 true yes,$(IN_PLACE)),-in-place)
+sandbox: ## Run Cluster API, both providers and simulated Kairos machines locally, with a demo cluster (Ctrl-C stops it; IN_PLACE=1: in-place updates; INFRA=vsphere: through CAPV on vcsim, as root).
+	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go build -o $(BIN)/sandbox ./cmd/sandbox && exec $(BIN)/sandbox $(SANDBOX_ARGS) $(if $(filter 1 true yes,$(IN_PLACE)),-in-place) $(if $(INFRA),-infra $(INFRA))
 
 .PHONY: sandbox-in-place
 sandbox-in-place: ## The sandbox on one control-plane node without workers, upgraded in place to v1.37.0 once ready (Ctrl-C stops it).

@@ -74,7 +74,7 @@ func startStack(t *testing.T) *stack {
 		t.Fatal(err)
 	}
 
-	if s.reg, err = simnode.NewRegistry(simnode.Options{AddressPrefix: nodeAddressPrefix}); err != nil {
+	if s.reg, err = simnode.NewRegistry(simnode.Options{AddressPrefix: vsphere.NodeAddressPrefix}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(s.reg.Close)
@@ -216,31 +216,14 @@ func TestVSphereFlavorOnCAPV(t *testing.T) {
 	})
 }
 
-// vipOf is the control-plane VIP of the i-th cluster: below controlPlaneVIP's /24, outside the
-// nodes' addresses.
+// vipOf is the control-plane VIP of the i-th cluster (CONTROL_PLANE_ENDPOINT_IP): of
+// vsphere.LocalRange, outside the nodes' addresses (vsphere.NodeAddressPrefix).
 func vipOf(i int) string { return fmt.Sprintf("198.18.0.%d", 100+i) }
 
 // flavorValues are the variables a user sets for the vSphere flavor, with the simulated
 // vCenter's inventory.
 func flavorValues(vc *vsphere.VCSim, dist, vip string) map[string]string {
-	return map[string]string{
-		"CLUSTER_NAME":                "kairos-" + dist,
-		"NAMESPACE":                   "capv-" + dist,
-		"KUBERNETES_VERSION":          kubernetesVersion,
-		"KAIROS_DISTRIBUTION":         dist,
-		"KAIROS_USER_PASSWORD":        "kairos-on-capv",
-		"CONTROL_PLANE_MACHINE_COUNT": "1",
-		"WORKER_MACHINE_COUNT":        "1",
-		"CONTROL_PLANE_ENDPOINT_IP":   vip,
-		"VSPHERE_SERVER":              vc.Host,
-		"VSPHERE_TLS_THUMBPRINT":      vc.Thumbprint,
-		"VSPHERE_DATACENTER":          vsphere.Datacenter,
-		"VSPHERE_DATASTORE":           vsphere.Datastore,
-		"VSPHERE_FOLDER":              vsphere.Folder,
-		"VSPHERE_RESOURCE_POOL":       vsphere.ResourcePool,
-		"VSPHERE_NETWORK":             vsphere.Network,
-		"VSPHERE_TEMPLATE":            vsphere.TemplateName,
-	}
+	return vsphere.FlavorVariables(vc, "kairos-"+dist, "capv-"+dist, dist, kubernetesVersion, vip, "kairos-on-capv")
 }
 
 // capvCluster is one Kairos cluster of the vSphere flavor on CAPV.

@@ -65,6 +65,7 @@ import (
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	"github.com/kairos-capi/kairos-capi/test/harness"
 	"github.com/kairos-capi/kairos-capi/test/simnode"
+	"github.com/kairos-capi/kairos-capi/test/vsphere"
 )
 
 const (
@@ -77,19 +78,32 @@ const (
 func main() {
 	name := flag.String("cluster", "demo", "name of the cluster created from cluster-template.yaml")
 	workers := flag.Int64("workers", 2, "worker Machines of the cluster")
+	infra := flag.String("infra", "sim", "infrastructure of the demo cluster: sim (simulated machines) or vsphere (the vSphere flavor through CAPV's own manager on a simulated vCenter, vcsim; needs root)")
 	inPlace := flag.Bool("in-place", false, "run Cluster API with the RuntimeSDK and InPlaceUpdates feature gates and register the Kairos in-place update extension "+
 		"for namespaces labelled "+harness.InPlaceNamespaceLabel+"=true (the cluster's namespace, default, is labelled)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage: sandbox [-cluster NAME] [-workers N] [-in-place]   (make sandbox SANDBOX_ARGS=... IN_PLACE=1)\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: sandbox [-cluster NAME] [-workers N] [-in-place] [-infra sim|vsphere]   (make sandbox SANDBOX_ARGS=... IN_PLACE=1 INFRA=vsphere)\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
+	switch *infra {
+	case infraSim:
+	case infraVSphere:
+		// CAPV drops loopback addresses: the vSphere sandbox runs in a network namespace of its
+		// own, as test/vsphere does, after fetching (or building) CAPV outside it.
+		if _, _, ok := vsphere.InNetns(); !ok {
+			os.Exit(vsphere.ReexecInNetns("sandbox"))
+		}
+	default:
+		fmt.Fprintf(os.Stderr, "sandbox: -infra %q: use sim or vsphere\n", *infra)
+		os.Exit(2)
+	}
 	if os.Getenv(sandboxChildEnv) == "" {
 		if code, guarded := guard(); guarded {
 			os.Exit(code)
 		}
 	}
-	if err := run(*name, *workers, *inPlace); err != nil {
+	if err := run(*name, *workers, *inPlace, *infra); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox:", err)
 		os.Exit(1)
 	}
@@ -97,7 +111,13 @@ func main() {
 
 func say(format string, args ...any) { fmt.Printf("==> "+format+"\n", args...) }
 
-func run(clusterName string, workers int64, inPlace bool) (reterr error) {
+// Infrastructures of the sandbox's cluster.
+const (
+	infraSim     = "sim"
+	infraVSphere = "vsphere"
+)
+
+func run(clusterName string, workers int64, inPlace bool, infra string) (reterr error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Output piped into a pager that quits must stop the sandbox cleanly, not kill it with
@@ -152,7 +172,15 @@ func run(clusterName string, workers int64, inPlace bool) (reterr error) {
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
 	}
-	env, err := framework.Start(framework.Options{CRDs: repos.CertManagerCRDs, Scheme: scheme})
+	crds := repos.CertManagerCRDs
+	var capv *vsphereInfra
+	if infra == infraVSphere {
+		if capv, err = newVSphereInfra(); err != nil {
+			return err
+		}
+		crds = append(crds, capv.crds...)
+	}
+	env, err := framework.Start(framework.Options{CRDs: crds, Scheme: scheme})
 	if err != nil {
 		return err
 	}
@@ -206,13 +234,21 @@ func run(clusterName string, workers int64, inPlace bool) (reterr error) {
 		return err
 	}
 	kc := clusterctlclient.Kubeconfig{Path: kubeconfigPath}
-	say("clusterctl init --core cluster-api --bootstrap kairos --control-plane kairos --infrastructure sim")
+	// CAPV's CRDs were installed with the API server and its manager runs as a process below:
+	// its components.yaml would need images and a cert-manager nobody runs here.
+	var infraProviders []string
+	if infra == infraSim {
+		say("clusterctl init --core cluster-api --bootstrap kairos --control-plane kairos --infrastructure sim")
+		infraProviders = []string{clusterctlrepo.SimProviderName + ":" + clusterctlrepo.SimVersion}
+	} else {
+		say("clusterctl init --core cluster-api --bootstrap kairos --control-plane kairos (CAPV %s: its CRDs are installed, its manager runs as a process)", vsphere.Version)
+	}
 	if _, err := cc.Init(ctx, clusterctlclient.InitOptions{
 		Kubeconfig:              kc,
 		CoreProvider:            "cluster-api:" + repos.CoreVersion,
 		BootstrapProviders:      []string{clusterctlrepo.ProviderName + ":" + providerVersion},
 		ControlPlaneProviders:   []string{clusterctlrepo.ProviderName + ":" + providerVersion},
-		InfrastructureProviders: []string{clusterctlrepo.SimProviderName + ":" + clusterctlrepo.SimVersion},
+		InfrastructureProviders: infraProviders,
 		// No kubelet runs the Deployments: the controllers run in this process instead.
 		WaitProviders: false,
 	}); err != nil {
@@ -235,8 +271,16 @@ func run(clusterName string, workers int64, inPlace bool) (reterr error) {
 	} else {
 		say("Starting Cluster API, the Kairos providers and the simulated infrastructure")
 	}
+	var reg *simnode.Registry
+	if capv != nil {
+		if reg, err = simnode.NewRegistry(simnode.Options{AddressPrefix: vsphere.NodeAddressPrefix}); err != nil {
+			return err
+		}
+		defer reg.Close()
+	}
 	h, err := harness.New(harness.Options{
 		Env:            env,
+		Registry:       reg,
 		InPlaceUpdates: inPlace,
 		AddToScheme:    []func(*runtime.Scheme) error{controlplanev1.AddToScheme},
 		Setup: []harness.SetupFunc{func(ctx context.Context, mgr ctrl.Manager, cc clustercache.ClusterCache) error {
@@ -260,13 +304,28 @@ func run(clusterName string, workers int64, inPlace bool) (reterr error) {
 	}
 
 	templatePath := filepath.Join(repos.Dir, repo.ControlPlane.Label, providerVersion, "cluster-template.yaml")
+	version := kubernetesVersion
+	if capv != nil {
+		if err := capv.start(ctx, h, reg, dir); err != nil {
+			return err
+		}
+		defer capv.stop()
+		templatePath = filepath.Join(repos.Dir, repo.ControlPlane.Label, providerVersion, repo.TemplateFileName("vsphere"))
+		version = vsphereKubernetesVersion
+		// clusterctl reads the flavor's variables from the environment, as a user sets them.
+		for k, v := range vsphere.FlavorVariables(capv.vc, clusterName, metav1.NamespaceDefault, "k0s", version, vsphereVIP, password) {
+			if err := os.Setenv(k, v); err != nil {
+				return err
+			}
+		}
+	}
 	say("clusterctl generate cluster %s --from %s | kubectl apply -f -", clusterName, templatePath)
 	tmpl, err := cc.GetClusterTemplate(ctx, clusterctlclient.GetClusterTemplateOptions{
 		Kubeconfig:               kc,
 		URLSource:                &clusterctlclient.URLSourceOptions{URL: templatePath},
 		ClusterName:              clusterName,
 		TargetNamespace:          metav1.NamespaceDefault,
-		KubernetesVersion:        kubernetesVersion,
+		KubernetesVersion:        version,
 		ControlPlaneMachineCount: ptrTo(int64(1)),
 		WorkerMachineCount:       ptrTo(workers),
 	})
@@ -288,6 +347,12 @@ func run(clusterName string, workers int64, inPlace bool) (reterr error) {
 			return nil
 		}
 		return err
+	}
+
+	if capv != nil {
+		if err := capv.list(ctx, os.Stdout); err != nil {
+			return err
+		}
 	}
 
 	if inPlace {
@@ -320,6 +385,16 @@ The Kairos operator, for in-place upgrades (make sandbox IN_PLACE=1), in any wor
 
 Press Ctrl-C to stop everything.
 `, kubeconfigPath, clusterName, password, filepath.Dir(templatePath), operatorManifests)
+	if capv != nil {
+		fmt.Printf(`
+The management cluster, vcsim, CAPV and the Kairos VMs live in the sandbox's own network
+namespace (CAPV drops loopback addresses; nothing there reaches or is reached from outside).
+Run kubectl in it:
+
+  nsenter --net=/proc/%d/ns/net kubectl --kubeconfig %s get vspheremachines,machines -A
+
+`, os.Getpid(), kubeconfigPath)
+	}
 	<-ctx.Done()
 	say("Stopping")
 	return nil
