@@ -1,5 +1,10 @@
 package v1beta2
 
+import (
+	"path"
+	"strings"
+)
+
 // Defaults of EtcdSnapshots, applied only when etcdSnapshots is set (so that adding them in a
 // release changes no existing Machine). Schedule and retention are k3s' own defaults
 // (docs.k3s.io/cli/etcd-snapshot: "at 00:00 and 12:00 system time, with 5 snapshots
@@ -120,6 +125,12 @@ type S3CredentialsSecretReference struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Name string `json:"name"`
+}
+
+// Folder is where the snapshots of a cluster go in the bucket: <prefix>/<namespace>/<cluster>
+// (docs/backups.md, "Naming": two clusters of one name in two namespaces may share a bucket).
+func (s *EtcdSnapshotS3) Folder(namespace, cluster string) string {
+	return strings.TrimPrefix(path.Join(s.Prefix, namespace, cluster), "/")
 }
 
 // Default fills the defaults of EtcdSnapshots.

@@ -7,7 +7,6 @@ package userdata
 
 import (
 	"fmt"
-	"path"
 	"strconv"
 	"strings"
 
@@ -123,10 +122,9 @@ func etcdSnapshots(spec *bootstrapv1.KairosConfigSpec, in Inputs) (*render.EtcdS
 	if e.Retention != nil {
 		retention = *e.Retention
 	}
-	folder := path.Join(e.S3.Prefix, in.Namespace, in.ClusterName)
 	return &render.EtcdSnapshots{
 		Schedule: e.Schedule, Retention: retention,
-		Endpoint: e.S3.Endpoint, Bucket: e.S3.Bucket, Folder: strings.TrimPrefix(folder, "/"), Region: e.S3.Region,
+		Endpoint: e.S3.Endpoint, Bucket: e.S3.Bucket, Folder: e.S3.Folder(in.Namespace, in.ClusterName), Region: e.S3.Region,
 		CABundle:    e.S3.CABundle,
 		AccessKeyID: values[0], SecretAccessKey: values[1],
 		Restore: e.Restore == bootstrapv1.EtcdSnapshotRestoreNewest,

@@ -26,6 +26,18 @@ const (
 	// snapshot's name and time once its node reported them. Absent on a control plane that never
 	// restored; it keeps describing the last restore afterwards.
 	EtcdRestoredCondition = "EtcdRestored"
+	// EtcdSnapshotsUpToDateCondition tells whether every control-plane Machine's node has a
+	// snapshot in the store newer than two scheduled times of spec.etcd.snapshots.schedule
+	// (for a regular schedule: not older than twice its interval). Absent without snapshots.
+	EtcdSnapshotsUpToDateCondition = "EtcdSnapshotsUpToDate"
+)
+
+// Reasons of EtcdSnapshotsUpToDateCondition.
+const (
+	EtcdSnapshotsUpToDateReason   = "UpToDate"
+	EtcdSnapshotsStaleReason      = "Stale"
+	EtcdSnapshotsUnknownReason    = "Unknown"
+	EtcdSnapshotsStoreUnreachable = "StoreUnreachable"
 )
 
 // Reasons of EtcdRestoredCondition.

@@ -294,7 +294,9 @@ type KairosControlPlaneKubeconfigSpec struct {
 // KairosControlPlaneStatus is the observed state of a Kairos control plane.
 type KairosControlPlaneStatus struct {
 	// conditions: Available, Initialized, CertificatesAvailable, MachinesReady,
-	// MachinesUpToDate, RollingOut, ScalingUp, ScalingDown, Remediating, Deleting, Paused.
+	// MachinesUpToDate, RollingOut, ScalingUp, ScalingDown, Remediating, Deleting, Paused,
+	// EtcdClusterHealthy, BootstrapProviderCompatible, and with spec.etcd.snapshots
+	// EtcdSnapshotsUpToDate and (after a restore) EtcdRestored.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -349,6 +351,60 @@ type KairosControlPlaneStatus struct {
 	// lastRemediation describes the latest remediation.
 	// +optional
 	LastRemediation LastRemediationStatus `json:"lastRemediation,omitempty,omitzero"`
+
+	// etcd reports the control plane's etcd snapshots (spec.etcd.snapshots).
+	// +optional
+	Etcd KairosControlPlaneEtcdStatus `json:"etcd,omitempty,omitzero"`
+}
+
+// KairosControlPlaneEtcdStatus reports the control plane's etcd snapshots.
+// +kubebuilder:validation:MinProperties=1
+type KairosControlPlaneEtcdStatus struct {
+	// snapshots are the newest snapshot in the store of each control-plane Machine's node, of
+	// any kind, as the control plane last listed the store (at most every few minutes, with the
+	// credentials of spec.etcd.snapshots). A Machine whose node has none is not listed.
+	// +optional
+	// +listType=map
+	// +listMapKey=machine
+	// +kubebuilder:validation:MaxItems=32
+	Snapshots []EtcdSnapshotStatus `json:"snapshots,omitempty"`
+}
+
+// EtcdSnapshotStatus is a snapshot of a member in the store.
+type EtcdSnapshotStatus struct {
+	// machine is the control-plane Machine whose node took it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Machine string `json:"machine"`
+
+	// node is the node that took it.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node"`
+
+	// name of the snapshot in the store: <cluster>-<node>-<unix time>, or with the kind first
+	// (pre-upgrade-, on-demand-); k0s' end in .tar.gz.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=1024
+	Name string `json:"name"`
+
+	// location is s3://<bucket>/<key>.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=2048
+	Location string `json:"location"`
+
+	// time the snapshot was taken.
+	// +required
+	Time metav1.Time `json:"time,omitzero"`
+
+	// sizeBytes is the snapshot's size in the store.
+	// +required
+	// +kubebuilder:validation:Minimum=0
+	SizeBytes int64 `json:"sizeBytes"`
 }
 
 // KairosControlPlaneInitializationStatus reports the control plane's initialization.

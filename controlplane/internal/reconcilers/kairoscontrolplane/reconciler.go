@@ -85,6 +85,8 @@ type Reconciler struct {
 	owned ownedSpecs
 	// bootstrapCRD remembers the installed KairosConfig CRD.
 	bootstrapCRD bootstrapProviderCache
+	// snapshotListings remembers the last listing of each control plane's snapshot store.
+	snapshotListings snapshotListings
 	// failureEvents remembers, by Machine uid, the failed in-place update last reported in an
 	// event, so that each reason is reported once.
 	failureEvents sync.Map
@@ -298,6 +300,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		r.reconcileKubeconfig,
 		r.reconcileInitialized,
 		r.reconcileEtcdRestore,
+		r.reconcileEtcdSnapshots,
 		r.reconcileOrphans,
 		r.syncMachines,
 		r.reconcilePreTerminateHooks,

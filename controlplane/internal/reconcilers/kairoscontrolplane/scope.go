@@ -77,6 +77,8 @@ type scope struct {
 	deletingMessage   string
 	// restore is what is known of a restore from an etcd snapshot (reconcileEtcdRestore).
 	restore etcdRestore
+	// snapshots is the last listing of the etcd snapshots' store (reconcileEtcdSnapshots).
+	snapshots snapshotListing
 	// inPlaceMessage says which path the rollout took for the Machine it acted on, when in-place
 	// updates were considered: updated in place, or replaced and why.
 	inPlaceMessage string

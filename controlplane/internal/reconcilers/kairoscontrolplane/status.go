@@ -36,6 +36,8 @@ func updateStatus(ctx context.Context, s *scope) {
 	setDeletingCondition(s)
 	setEtcdClusterHealthyCondition(s)
 	setEtcdRestoredCondition(s)
+	setEtcdSnapshotsStatus(s)
+	setEtcdSnapshotsUpToDateCondition(s)
 	setAvailableCondition(s)
 }
 
