@@ -567,8 +567,11 @@ func (n *Node) nodePaths(s string) string {
 // runScriptCommand runs one command of the document (a unit's ExecStart, a stage command, a
 // step's `if`) with the host's /bin/sh, through mapped.
 func (n *Node) runScriptCommand(ctx context.Context, p *plan, command string) (string, error) {
-	if _, err := n.snapshotAccess(p); err != nil {
-		return "", err
+	if n.etcdServer() != nil {
+		// A control-plane node's own etcd tools and credentials.
+		if _, err := n.snapshotAccess(p); err != nil {
+			return "", err
+		}
 	}
 	line, err := n.mapped(p, command, 0)
 	if err != nil {

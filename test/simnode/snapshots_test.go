@@ -54,6 +54,8 @@ func TestEtcdSnapshots(t *testing.T) {
 	store := objectstore.Start(t, objectstore.Options{Buckets: []string{snapshotBucket}, Region: "eu-west-1"})
 	for _, dist := range []render.Distribution{render.K0s, render.K3s} {
 		t.Run(string(dist), func(t *testing.T) {
+			// Both distributions wait for the same minute of the schedule.
+			t.Parallel()
 			testEtcdSnapshots(t, reg, store, dist)
 		})
 	}
@@ -85,9 +87,9 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	w := newWorld(t, reg, dist)
 	bad := newWorld(t, reg, dist)
 	const wrongSecret = "wrong-secret-0123456789abcdef"
-	cp := w.start("cp-0", w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-0",
+	cp := w.start(string(dist)+"-cp-0", w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-0",
 		EtcdSnapshots: snapshotSettings(store, folder, store.SecretAccessKey)}), "")
-	badCP := bad.start("cp-0", bad.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: bad.pki, JoinToken: bad.k3sToken, Hostname: "cp-0",
+	badCP := bad.start(string(dist)+"-bad-cp-0", bad.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: bad.pki, JoinToken: bad.k3sToken, Hostname: "bad-cp-0",
 		EtcdSnapshots: snapshotSettings(store, badFolder, wrongSecret)}), "")
 	waitPhase(t, cp, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
 	waitPhase(t, badCP, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
@@ -157,6 +159,7 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	if dist == render.K0s {
 		refusal = "403" // curl --fail: "The requested URL returned error: 403"
 	}
+	t.Logf("%s: with the wrong secret: %v", dist, badErr)
 	if !strings.Contains(badErr.Error(), refusal) {
 		t.Errorf("the failure does not say why (%s): %v", refusal, badErr)
 	}

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kairos-capi/kairos-capi/common/cloudconfig"
 	"github.com/kairos-capi/kairos-capi/common/render"
 )
 
@@ -200,7 +201,7 @@ func (n *Node) Upgrade(ctx context.Context, ref string) error {
 	// Its Hook drops the stage's error unless the configuration is strict
 	// (pkg/action/hook.go: "if !config.Strict { err = nil }"): a failing step, such as a
 	// snapshot the store refused, is only logged and the upgrade goes on.
-	if err := n.runStage(ctx, p, "before-upgrade"); err != nil {
+	if err := n.runStage(ctx, p, cloudconfig.StageBeforeUpgrade); err != nil {
 		if p.strict {
 			err = fmt.Errorf("kairos-agent upgrade (strict): the before-upgrade hook failed: %w", err)
 			n.mu.Lock()
