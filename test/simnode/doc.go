@@ -38,6 +38,18 @@
 // reboots after VerifyTimeout), and otherwise stays, without Kubernetes (see image.go, upgrade.go,
 // operator.go).
 //
+// A control-plane node whose document configures etcd snapshots (docs/backups.md) takes them as
+// its distribution would (snapshots.go): a k3s server with its own schedule, naming, S3 upload
+// (a real S3 client over HTTPS) and retention from its config.yaml.d keys; a k0s controller by
+// running the rendered timer's service (the rendered etcd-snapshot.sh with the host's sh and
+// curl) on its OnCalendar schedule. The node's `k0s backup` and `k3s etcd-snapshot` are the test
+// binary run again as those commands (snapshothelper.go): real snapshots of the node's own
+// member. Node.Upgrade runs the document's before-upgrade stage first, as kairos-agent does (a
+// failing step aborts the upgrade only in strict mode). Node.Snapshots and LastSnapshotError
+// say what was taken or why not (a store that refuses the keys, another CA, no listener).
+// RestoreEtcdSnapshot, EtcdKeys and K0sBackupEntries read snapshots back with etcd's own
+// restore (restore.go); no node restores from a snapshot yet.
+//
 // A Cluster is the simulated workload cluster, keyed by its endpoint. Its API server belongs to
 // the cluster, not to the node that started it: it keeps running when that node goes away and
 // stops with Registry.StopCluster (KairosSimCluster deletion) or Registry.Close.

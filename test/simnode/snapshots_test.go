@@ -188,10 +188,23 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 			atReboot, _ = store.Keys(snapshotBucket)
 		}
 	})
+	// The node with the wrong secret upgrades at the same time: its before-upgrade step fails,
+	// and kairos-agent, not strict, goes on with the upgrade.
+	badUpgrade := make(chan error, 1)
+	go func() { badUpgrade <- badCP.Upgrade(bad.ctx, simnode.KairosImage(dist, "v1.37.0")) }()
 	err := cp.Upgrade(w.ctx, simnode.KairosImage(dist, "v1.37.0"))
 	unsubscribe()
 	if err != nil {
 		t.Fatalf("upgrade: %v", err)
+	}
+	if err := <-badUpgrade; err != nil {
+		t.Errorf("the upgrade of the node whose pre-upgrade snapshot failed: %v (kairos-agent is not strict: it goes on)", err)
+	}
+	if runs := badCP.Snapshots(); runs[len(runs)-1].Kind != simnode.SnapshotBeforeUpgrade || runs[len(runs)-1].Err == nil {
+		t.Errorf("the failed pre-upgrade snapshot is not recorded: %+v", runs[len(runs)-1])
+	}
+	if got := filterPrefix(storeKeys(t, store), badFolder+"/"); len(got) != 0 {
+		t.Errorf("the refused node uploaded %q", got)
 	}
 	mu.Lock()
 	pre := filterPrefix(atReboot, folder+"/pre-upgrade-sim-cp-0-")
