@@ -3,6 +3,7 @@ package simnode
 import (
 	"archive/tar"
 	"compress/gzip"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,10 +12,14 @@ import (
 	"sort"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	bolt "go.etcd.io/bbolt"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	etcdutl "go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+
+	"github.com/kairos-capi/kairos-capi/common/render"
 )
 
 // RestoreEtcdSnapshot restores an etcd snapshot file (a k3s snapshot, or the etcd-snapshot.db of
@@ -28,6 +33,8 @@ func RestoreEtcdSnapshot(snapshotPath, dataDir, name, peerURL string) error {
 		// etcdutl refuses it as well; said here with the reason k0s gives.
 		return fmt.Errorf("restoring %s: the data directory %s already holds an etcd member", filepath.Base(snapshotPath), dataDir)
 	}
+	_, statErr := os.Stat(dataDir)
+	created := os.IsNotExist(statErr)
 	err := etcdutl.NewV3(zap.NewNop()).Restore(etcdutl.RestoreConfig{
 		SnapshotPath:        snapshotPath,
 		Name:                name,
@@ -37,6 +44,9 @@ func RestoreEtcdSnapshot(snapshotPath, dataDir, name, peerURL string) error {
 		InitialClusterToken: "etcd-cluster",
 	})
 	if err != nil {
+		if created {
+			_ = os.RemoveAll(dataDir) // no half-restored member for etcd to start on
+		}
 		return fmt.Errorf("restoring %s: %w", filepath.Base(snapshotPath), err)
 	}
 	return nil
@@ -119,4 +129,96 @@ func K0sBackupEntries(archive io.Reader, snapshotPath string) ([]string, error) 
 		return names, errors.New("the k0s backup archive holds no etcd-snapshot.db")
 	}
 	return names, nil
+}
+
+// ReasonRestoreFailed: the snapshot the document restores from cannot be restored (etcd's
+// restore refuses it: a corrupt file, not a snapshot); the node does not start its distribution.
+const ReasonRestoreFailed = "RestoreFailed"
+
+// k3sResetFlag is what k3s leaves in its db directory after a cluster reset, so that the reset
+// happens once (k3s pkg/etcd ResetFile, "reset-flag").
+const k3sResetFlag = "/var/lib/rancher/k3s/server/db/reset-flag"
+
+// k3sClusterReset does what `k3s server --cluster-reset --cluster-reset-restore-path=<name>`
+// does on the init server before its etcd starts (k3s pkg/etcd: Reset and the S3 download of
+// the restore path): with etcd-s3 it downloads <etcd-s3-folder>/<name> from the bucket into its
+// snapshot directory ("give only the filename name of the snapshot as the restore path",
+// docs.k3s.io/cli/etcd-snapshot), otherwise it reads <name> from there (or the absolute path),
+// moves an existing member data directory aside, and restores the snapshot with etcd's restore
+// as a one-member cluster of this server's member. Once (k3sResetFlag); real k3s then exits and
+// is started again, the simulation goes on starting as that second start would. Without a
+// restore path, --cluster-reset only resets membership, which a one-member cluster already is.
+//
+// A store that cannot be reached or refuses the keys fails the start with the reason, retried
+// as systemd restarts k3s; a snapshot etcd's restore refuses stops the node (RestoreFailed).
+func (n *Node) k3sClusterReset(ctx context.Context, p *plan, e *etcdServer) error {
+	if p.distribution != render.K3s || !p.flags.bool("cluster-reset") {
+		return nil
+	}
+	name := p.flags.value("cluster-reset-restore-path")
+	if name == "" {
+		return nil
+	}
+	if _, err := os.Stat(n.hostPath(k3sResetFlag)); err == nil {
+		return nil
+	}
+	cfg, err := n.k3sConfig(p)
+	if err != nil {
+		return refuse(ReasonBootstrapDataRefused, "%v", err)
+	}
+	path := name
+	if !filepath.IsAbs(name) {
+		path = filepath.Join(k3sSnapshotDir, name)
+	}
+	local := n.hostPath(path)
+	if cfg.S3 && !filepath.IsAbs(name) {
+		if err := k3sDownload(ctx, n.root, cfg, name, local); err != nil {
+			return retry(ReasonStartFailed, "cluster reset from s3://%s/%s: %v", cfg.Bucket, cfg.s3Key(name), err)
+		}
+	}
+	if _, err := os.Stat(local); err != nil {
+		return retry(ReasonStartFailed, "cluster reset: the snapshot %s: %v", name, err)
+	}
+	data := filepath.Join(e.dir, "data")
+	if _, err := os.Stat(data); err == nil {
+		// k3s keeps the old data directory as etcd-old-<unix time>.
+		if err := os.Rename(data, fmt.Sprintf("%s-old-%d", data, time.Now().Unix())); err != nil {
+			return retry(ReasonStartFailed, "cluster reset: moving the old etcd data aside: %v", err)
+		}
+	}
+	if err := RestoreEtcdSnapshot(local, data, e.name, e.peerURL()); err != nil {
+		return refuse(ReasonRestoreFailed, "cluster reset: %v", err)
+	}
+	if err := n.writeFile(k3sResetFlag, ""); err != nil {
+		return retry(ReasonStartFailed, "cluster reset: %v", err)
+	}
+	n.reg.log.Info("k3s cluster reset from a snapshot", "providerID", n.spec.ProviderID, "snapshot", name)
+	return nil
+}
+
+// k3sDownload fetches <folder>/<name> from k3s' bucket into path.
+func k3sDownload(ctx context.Context, root string, c k3sSnapshotConfig, name, path string) error {
+	cli, err := c.s3Client(root)
+	if err != nil {
+		return err
+	}
+	dctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	out, err := cli.GetObject(dctx, &s3.GetObjectInput{Bucket: aws.String(c.Bucket), Key: aws.String(c.s3Key(name))})
+	if err != nil {
+		return err
+	}
+	defer out.Body.Close()
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, out.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
 }

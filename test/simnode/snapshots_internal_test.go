@@ -79,3 +79,24 @@ func TestK3sS3Refusals(t *testing.T) {
 		t.Errorf("prune with retention 1 left %q", keys)
 	}
 }
+
+// etcd's restore refuses what is not a snapshot, and a k0s archive without its snapshot is
+// refused; nothing is left in the data directory. (Restores of real snapshots, and a k3s cluster
+// reset from the bucket, run in TestEtcdSnapshots.)
+func TestRestoreRefusesCorruptSnapshots(t *testing.T) {
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "corrupt")
+	if err := os.WriteFile(bad, []byte(strings.Repeat("not a snapshot ", 4096)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	data := filepath.Join(dir, "data")
+	if err := RestoreEtcdSnapshot(bad, data, "m", "https://127.0.0.1:2380"); err == nil {
+		t.Fatal("a corrupt snapshot was restored")
+	}
+	if _, err := os.Stat(data); !os.IsNotExist(err) {
+		t.Errorf("a refused restore left %s (%v)", data, err)
+	}
+	if _, err := K0sBackupEntries(strings.NewReader("not gzip"), filepath.Join(dir, "db")); err == nil || !strings.Contains(err.Error(), "not gzip") {
+		t.Errorf("a k0s archive that is not gzip: %v", err)
+	}
+}
