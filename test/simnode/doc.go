@@ -47,8 +47,12 @@
 // member. Node.Upgrade runs the document's before-upgrade stage first, as kairos-agent does (a
 // failing step aborts the upgrade only in strict mode). Node.Snapshots and LastSnapshotError
 // say what was taken or why not (a store that refuses the keys, another CA, no listener).
-// RestoreEtcdSnapshot, EtcdKeys and K0sBackupEntries read snapshots back with etcd's own
-// restore (restore.go); no node restores from a snapshot yet.
+// Restore (restore.go) is etcd's own (etcdutl): a k3s init server whose args carry
+// --cluster-reset --cluster-reset-restore-path=<name> downloads <name> from its bucket and
+// starts its member from it (a snapshot etcd refuses stops the node, RestoreFailed; a store it
+// cannot reach keeps it retrying with the reason); K0sRestore is `k0s restore <archive>` (the
+// node's k0s command runs it), not yet called by any document, as kairos-capi renders no k0s
+// restore step yet. RestoreEtcdSnapshot, EtcdKeys and K0sBackupEntries read snapshots back.
 //
 // A Cluster is the simulated workload cluster, keyed by its endpoint. Its API server belongs to
 // the cluster, not to the node that started it: it keeps running when that node goes away and

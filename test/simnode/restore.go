@@ -2,6 +2,7 @@ package simnode
 
 import (
 	"archive/tar"
+	"bytes"
 	"compress/gzip"
 	"context"
 	"errors"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -221,4 +223,94 @@ func k3sDownload(ctx context.Context, root string, c k3sSnapshotConfig, name, pa
 		return err
 	}
 	return f.Close()
+}
+
+// K0sRestore does what `k0s restore <archive>` does on a controller before it first starts
+// (k0s pkg/backup manager_unix.go RunRestore and its steps): it unpacks the archive, refuses data
+// that is already there (k0s: "The command would fail if the data directory for the current
+// controller has overlapping data with the backup archive content"; here: an etcd member in
+// dataDir, or a PKI file below root's /var/lib/k0s/pki with other content), restores
+// etcd-snapshot.db into dataDir with etcd's restore as a one-member cluster of name (k0s uses
+// the hostname) and peerURL (https://<storage.etcd.peerAddress>:2380), and writes the archive's
+// pki/ files to /var/lib/k0s/pki below root. The archived k0s.yaml is not applied (k0s writes it
+// to --config-out only when asked). The simulated node's `k0s restore` runs it
+// (snapshothelper.go).
+func K0sRestore(archive, root, dataDir, name, peerURL string) error {
+	f, err := os.Open(archive)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := os.Stat(filepath.Join(dataDir, "member")); err == nil {
+		return fmt.Errorf("failed to restore on step `etcd`: %s already holds an etcd member", dataDir)
+	}
+	gz, err := gzip.NewReader(f)
+	if err != nil {
+		return fmt.Errorf("failed to unpack backup archive `%s`: %w", filepath.Base(archive), err)
+	}
+	tmp, err := os.MkdirTemp("", "k0s-restore")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(tmp)
+	tr := tar.NewReader(gz)
+	pki := map[string]string{} // pki/<rel> -> unpacked file
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("failed to unpack backup archive `%s`: %w", filepath.Base(archive), err)
+		}
+		clean := filepath.Clean("/" + h.Name)[1:]
+		if h.Typeflag != tar.TypeReg || clean == "" {
+			continue
+		}
+		dst := filepath.Join(tmp, clean)
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return err
+		}
+		out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(out, tr)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return err
+		}
+		if rel, ok := strings.CutPrefix(clean, "pki/"); ok {
+			pki[rel] = dst
+		}
+	}
+	db := filepath.Join(tmp, "etcd-snapshot.db")
+	if _, err := os.Stat(db); err != nil {
+		return errors.New("failed to restore on step `etcd`: the archive holds no etcd-snapshot.db")
+	}
+	for rel, src := range pki {
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		dst := filepath.Join(root, k0sPKIDir, rel)
+		if have, err := os.ReadFile(dst); err == nil {
+			if !bytes.Equal(have, data) {
+				return fmt.Errorf("failed to restore on step `%s`: %s exists with other content", k0sPKIDir, filepath.Join(k0sPKIDir, rel))
+			}
+			continue
+		}
+		if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+			return err
+		}
+		if err := os.WriteFile(dst, data, 0o600); err != nil {
+			return err
+		}
+	}
+	if err := RestoreEtcdSnapshot(db, dataDir, name, peerURL); err != nil {
+		return fmt.Errorf("failed to restore on step `etcd`: %w", err)
+	}
+	return nil
 }

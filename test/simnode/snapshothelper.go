@@ -30,6 +30,7 @@ import (
 //     in DIR/k0s_backup_<timestamp>.tar.gz (timestamp as k0s' "2006-01-02T15_04_05_000Z" names
 //     it, docs.k0sproject.io backup). Manifests, image bundles and helm settings, which k0s also
 //     archives, are not on simulated nodes.
+//   - `k0s restore ARCHIVE` (K0sRestore, restore.go).
 //   - `k3s etcd-snapshot save [--name N]` and `k3s etcd-snapshot prune [--name N]
 //     [--snapshot-retention R]` with the settings of the node's k3s config files (k3sSave and
 //     k3sPrune, snapshots.go).
@@ -37,6 +38,8 @@ const (
 	helperEnv     = "KAIROS_SIMNODE_COMMAND"
 	helperRootEnv = "KAIROS_SIMNODE_ROOT"
 	helperEtcdEnv = "KAIROS_SIMNODE_ETCD"
+	helperDataEnv = "KAIROS_SIMNODE_ETCD_DATA"
+	helperPeerEnv = "KAIROS_SIMNODE_ETCD_PEER"
 )
 
 func init() {
@@ -83,8 +86,14 @@ func flagValue(args []string, name string) (string, bool) {
 }
 
 func k0sCommand(root, endpoint string, args []string) error {
+	if len(args) == 2 && args[0] == "restore" {
+		// k0s restores before the controller first starts: the member's data directory and
+		// peer URL are the node's (the simulation keeps its member's data below
+		// /var/lib/sim-etcd, not k0s' /var/lib/k0s/etcd).
+		return K0sRestore(args[1], root, os.Getenv(helperDataEnv), os.Getenv("NODE_NAME"), os.Getenv(helperPeerEnv))
+	}
 	if len(args) == 0 || args[0] != "backup" {
-		return usageError{"the simulated k0s runs only `backup --save-path=DIR`"}
+		return usageError{"the simulated k0s runs only `backup --save-path=DIR` and `restore ARCHIVE`"}
 	}
 	dir, ok := flagValue(args[1:], "save-path")
 	if !ok {

@@ -543,6 +543,7 @@ func (n *Node) nodeCommands(p *plan, e *etcdServer) error {
 		"hostname": "#!/bin/sh\necho " + shellQuote(name) + "\n",
 		dist: "#!/bin/sh\n# The " + dist + " command of simulated node " + name + " (test/simnode snapshothelper.go).\n" +
 			helperEnv + "=" + dist + " " + helperRootEnv + "=" + shellQuote(n.root) + " " + helperEtcdEnv + "=" + shellQuote(e.local) +
+			" " + helperDataEnv + "=" + shellQuote(filepath.Join(e.dir, "data")) + " " + helperPeerEnv + "=" + shellQuote(e.peerURL()) +
 			" NODE_NAME=" + shellQuote(name) + " exec " + shellQuote(exe) + " \"$@\"\n",
 	}
 	for file, content := range scripts {

@@ -287,7 +287,23 @@ func holds(t *testing.T, s *objectstore.Store, dist render.Distribution, key, pr
 		t.Fatal(err)
 	}
 	restored := filepath.Join(dir, "restored")
-	if err := simnode.RestoreEtcdSnapshot(db, restored, "restored", "https://127.0.0.1:2380"); err != nil {
+	if dist == render.K0s {
+		// What `k0s restore` does with the archive on a new controller: etcd and its PKI.
+		archive := filepath.Join(dir, filepath.Base(key))
+		if err := os.WriteFile(archive, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		root := filepath.Join(dir, "node")
+		if err := simnode.K0sRestore(archive, root, restored, "cp-1", "https://127.0.0.1:2380"); err != nil {
+			t.Fatalf("k0s restore %s: %v", key, err)
+		}
+		if _, err := os.Stat(filepath.Join(root, "var/lib/k0s/pki/sa.key")); err != nil {
+			t.Errorf("k0s restore wrote no service-account key: %v", err)
+		}
+		if err := simnode.K0sRestore(archive, root, restored, "cp-1", "https://127.0.0.1:2380"); err == nil || !strings.Contains(err.Error(), "already holds an etcd member") {
+			t.Errorf("k0s restore over a restored member: %v", err)
+		}
+	} else if err := simnode.RestoreEtcdSnapshot(db, restored, "restored", "https://127.0.0.1:2380"); err != nil {
 		t.Fatalf("%s: %v", key, err)
 	}
 	keys, err := simnode.EtcdKeys(restored)
