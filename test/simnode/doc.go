@@ -38,6 +38,22 @@
 // reboots after VerifyTimeout), and otherwise stays, without Kubernetes (see image.go, upgrade.go,
 // operator.go).
 //
+// A control-plane node whose document configures etcd snapshots (docs/backups.md) takes them as
+// its distribution would (snapshots.go): a k3s server with its own schedule, naming, S3 upload
+// (a real S3 client over HTTPS) and retention from its config.yaml.d keys; a k0s controller by
+// running the rendered timer's service (the rendered etcd-snapshot.sh with the host's sh and
+// curl) on its OnCalendar schedule. The node's `k0s backup` and `k3s etcd-snapshot` are the test
+// binary run again as those commands (snapshothelper.go): real snapshots of the node's own
+// member. Node.Upgrade runs the document's before-upgrade stage first, as kairos-agent does (a
+// failing step aborts the upgrade only in strict mode). Node.Snapshots and LastSnapshotError
+// say what was taken or why not (a store that refuses the keys, another CA, no listener).
+// Restore (restore.go) is etcd's own (etcdutl): a k3s init server whose args carry
+// --cluster-reset --cluster-reset-restore-path=<name> downloads <name> from its bucket and
+// starts its member from it (a snapshot etcd refuses stops the node, RestoreFailed; a store it
+// cannot reach keeps it retrying with the reason); K0sRestore is `k0s restore <archive>` (the
+// node's k0s command runs it), not yet called by any document, as kairos-capi renders no k0s
+// restore step yet. RestoreEtcdSnapshot, EtcdKeys and K0sBackupEntries read snapshots back.
+//
 // A Cluster is the simulated workload cluster, keyed by its endpoint. Its API server belongs to
 // the cluster, not to the node that started it: it keeps running when that node goes away and
 // stops with Registry.StopCluster (KairosSimCluster deletion) or Registry.Close.

@@ -35,6 +35,11 @@ type plan struct {
 	stageCommands map[string][]string
 	// hostname is the templated hostname of the document, or empty.
 	hostname string
+	// stages are the document's stages, as yip loads them (steps with their if and commands).
+	stages map[string][]yipschema.Stage
+	// strict is Kairos' strict mode (top-level strict: true): kairos-agent then fails an
+	// upgrade, install or reset whose hook stage fails; otherwise it logs and goes on.
+	strict bool
 }
 
 // distributionBlock is what provider-kairos reads from k0s:, k0s-worker:, k3s: and k3s-agent:.
@@ -49,6 +54,8 @@ type distributionsDoc struct {
 	K0sWorker *distributionBlock `yaml:"k0s-worker"`
 	K3s       *distributionBlock `yaml:"k3s"`
 	K3sAgent  *distributionBlock `yaml:"k3s-agent"`
+	// Strict is Kairos' strict mode.
+	Strict bool `yaml:"strict"`
 }
 
 // refusal is a problem that stops the node for good: real nodes would fail the same way on
@@ -83,7 +90,7 @@ func parseDocument(doc []byte, machineID string) (*plan, error) {
 	if err != nil {
 		return nil, refuse(ReasonBootstrapDataRefused, "loading the stages of the document: %v", err)
 	}
-	p := &plan{files: files, commands: commands, stageCommands: map[string][]string{}}
+	p := &plan{files: files, commands: commands, stageCommands: map[string][]string{}, stages: stages}
 	for name, steps := range stages {
 		for _, st := range steps {
 			p.stageCommands[name] = append(p.stageCommands[name], st.Commands...)
@@ -97,6 +104,7 @@ func parseDocument(doc []byte, machineID string) (*plan, error) {
 	if err := yaml.Unmarshal(doc, &d); err != nil {
 		return nil, refuse(ReasonBootstrapDataRefused, "decoding the distribution blocks: %v", err)
 	}
+	p.strict = d.Strict
 	var block *distributionBlock
 	switch {
 	case d.K0s != nil && d.K0s.Enabled:

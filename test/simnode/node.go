@@ -182,6 +182,8 @@ type Node struct {
 	grub           grubEnv
 	armed          bool
 	upgradeFailure bool
+	// snaps records the node's etcd snapshots (snapshots.go).
+	snaps snapshotState
 }
 
 // kubeletRun is a running kubelet heartbeat loop.
@@ -310,6 +312,7 @@ func (n *Node) stop() {
 		n.cancel()
 		<-n.done
 	}
+	n.snaps.wg.Wait()
 	n.stopKubelet()
 	// The machine is gone: so is its etcd process. Its membership stays until someone removes
 	// it, as with a real machine that is switched off.
@@ -446,6 +449,8 @@ func (n *Node) run(ctx context.Context) {
 	n.status.Sentinel = true
 	n.mu.Unlock()
 	n.setStatus(Status{Phase: PhaseRunning, Reason: ReasonRunning, Message: fmt.Sprintf("%s %s is up", p.distribution, installed)})
+	// The distribution's snapshot schedule (k3s) or the document's timer (k0s) runs from now on.
+	n.startSnapshots(ctx, p)
 }
 
 func (n *Node) fail(err error) {
@@ -534,6 +539,10 @@ func (n *Node) bootInit(ctx context.Context, p *plan, name, installed string) er
 	}
 	e, err := n.ensureEtcd(p, name, cp.etcdCA)
 	if err != nil {
+		return err
+	}
+	// k3s --cluster-reset --cluster-reset-restore-path: the member starts from a snapshot.
+	if err := n.k3sClusterReset(ctx, p, e); err != nil {
 		return err
 	}
 	c, err := n.reg.initCluster(ctx, n.spec.Endpoint, p, cp, e)

@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/kairos-capi/kairos-capi/common/cloudconfig"
 	"github.com/kairos-capi/kairos-capi/common/render"
 )
 
@@ -192,10 +193,27 @@ func (n *Node) Upgrade(ctx context.Context, ref string) error {
 	if err := n.checkRunning(); err != nil {
 		return err
 	}
+	n.mu.Lock()
+	p := n.plan
+	n.mu.Unlock()
+	// kairos-agent runs the before-upgrade stage once the partitions are mounted, before it
+	// deploys the image (kairos-agent pkg/action upgrade.go, upgradeHook(BeforeUpgradeHook)).
+	// Its Hook drops the stage's error unless the configuration is strict
+	// (pkg/action/hook.go: "if !config.Strict { err = nil }"): a failing step, such as a
+	// snapshot the store refused, is only logged and the upgrade goes on.
+	if err := n.runStage(ctx, p, cloudconfig.StageBeforeUpgrade); err != nil {
+		if p.strict {
+			err = fmt.Errorf("kairos-agent upgrade (strict): the before-upgrade hook failed: %w", err)
+			n.mu.Lock()
+			n.lastUpgrade = err
+			n.mu.Unlock()
+			return err
+		}
+		n.reg.log.Info("before-upgrade hook failed; kairos-agent goes on (not strict)", "providerID", n.spec.ProviderID, "error", err.Error())
+	}
 	n.upgrades.Add(1)
 	n.mu.Lock()
 	n.images.passive, n.images.active = n.images.running, ref
-	p := n.plan
 	n.mu.Unlock()
 	n.afterUpgrade(p)
 	err := n.reboot(ctx)

@@ -1,0 +1,322 @@
+package simnode_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"github.com/kairos-capi/kairos-capi/common/render"
+	"github.com/kairos-capi/kairos-capi/test/framework"
+	"github.com/kairos-capi/kairos-capi/test/objectstore"
+	"github.com/kairos-capi/kairos-capi/test/simnode"
+)
+
+const snapshotBucket = "site-backups"
+
+// snapshotSettings sends a node's snapshots to the store every minute (the cron schedule the
+// test waits for), keeping two of each kind.
+func snapshotSettings(s *objectstore.Store, folder, secret string) *render.EtcdSnapshots {
+	return &render.EtcdSnapshots{
+		Schedule: "* * * * *", Retention: 2,
+		Endpoint: s.Endpoint, Bucket: snapshotBucket, Folder: folder, Region: s.Region,
+		CABundle: string(s.CAPEM), AccessKeyID: s.AccessKeyID, SecretAccessKey: secret,
+	}
+}
+
+// TestEtcdSnapshots runs k0s and k3s control-plane nodes whose documents take etcd snapshots to
+// an S3 store over HTTPS with Signature V4 (test/objectstore): k3s with its own schedule and S3
+// client (simulated as k3s does it), k0s with the rendered timer and script (real sh, curl and
+// the node's `k0s backup`). For each distribution, one node with the store's keys and one with a
+// wrong secret start together, so that both wait for the same minute of the schedule:
+//
+//   - the scheduled snapshot lands under the documented name and folder, and restored with
+//     etcd's own restore it holds a ConfigMap written before it and not one written after;
+//   - retention keeps the newest two of the node's scheduled snapshots (older ones seeded in the
+//     bucket before the node started), and leaves another node's and another kind's alone;
+//   - the node with the wrong secret records the store's refusal, uploads nothing, and shows no
+//     secret;
+//   - Node.Upgrade runs the document's before-upgrade stage: the pre-upgrade snapshot is in the
+//     store when the node starts rebooting, with a ConfigMap written just before the upgrade.
+func TestEtcdSnapshots(t *testing.T) {
+	t.Parallel() // its own Registry and store
+	reg := newRegistry(t)
+	store := objectstore.Start(t, objectstore.Options{Buckets: []string{snapshotBucket}, Region: "eu-west-1"})
+	for _, dist := range []render.Distribution{render.K0s, render.K3s} {
+		t.Run(string(dist), func(t *testing.T) {
+			// Both distributions wait for the same minute of the schedule.
+			t.Parallel()
+			testEtcdSnapshots(t, reg, store, dist)
+		})
+	}
+}
+
+func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.Store, dist render.Distribution) {
+	start := time.Now()
+	ext := ""
+	if dist == render.K0s {
+		ext = ".tar.gz"
+	}
+	folder := "edge/test/" + string(dist)
+	badFolder := "edge/bad/" + string(dist)
+	// Older scheduled snapshots of this node, one of another node, and a pre-upgrade one: the
+	// first scheduled run keeps the newest two of the node's own scheduled ones.
+	old := time.Now().Add(-time.Hour).Unix()
+	seeded := map[string]string{
+		"oldest":      fmt.Sprintf("%s/sim-cp-0-%d%s", folder, old-100, ext),
+		"older":       fmt.Sprintf("%s/sim-cp-0-%d%s", folder, old, ext),
+		"other-node":  fmt.Sprintf("%s/sim-cp-9-%d%s", folder, old-200, ext),
+		"pre-upgrade": fmt.Sprintf("%s/pre-upgrade-sim-cp-0-%d%s", folder, old-300, ext),
+	}
+	for _, key := range seeded {
+		if _, err := store.Backend.PutObject(snapshotBucket, key, nil, strings.NewReader("seeded"), 6, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	w := newWorld(t, reg, dist)
+	bad := newWorld(t, reg, dist)
+	const wrongSecret = "wrong-secret-0123456789abcdef"
+	cp := w.start(string(dist)+"-cp-0", w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-0",
+		EtcdSnapshots: snapshotSettings(store, folder, store.SecretAccessKey)}), "")
+	badCP := bad.start(string(dist)+"-bad-cp-0", bad.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: bad.pki, JoinToken: bad.k3sToken, Hostname: "bad-cp-0",
+		EtcdSnapshots: snapshotSettings(store, badFolder, wrongSecret)}), "")
+	waitPhase(t, cp, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
+	waitPhase(t, badCP, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
+	admin := reg.Cluster(w.endpointString()).AdminClient()
+	configMap := func(name string) {
+		t.Helper()
+		if err := admin.Create(w.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	configMap("before-snapshot")
+	written := time.Now()
+	t.Logf("%s: nodes running after %s", dist, time.Since(start).Round(time.Second))
+
+	// The first scheduled run that started after the ConfigMap was written.
+	var run simnode.SnapshotRun
+	framework.Eventually(t, 2*time.Minute, func() error {
+		for _, r := range cp.Snapshots() {
+			if r.Kind == simnode.SnapshotScheduled && r.Time.After(written) {
+				run = r
+				return nil
+			}
+		}
+		return fmt.Errorf("no scheduled snapshot after %s yet: %+v", written.Format(time.TimeOnly), cp.Snapshots())
+	})
+	configMap("after-snapshot")
+	if run.Err != nil {
+		t.Fatalf("the scheduled snapshot failed: %v\n%s", run.Err, run.Output)
+	}
+	key := run.Key
+	if dist == render.K0s {
+		// The rendered script says what it uploaded.
+		m := regexp.MustCompile(`uploaded to s3://` + snapshotBucket + `/(\S+)`).FindStringSubmatch(run.Output)
+		if m == nil {
+			t.Fatalf("the script's output names no upload:\n%s", run.Output)
+		}
+		key = m[1]
+	}
+	// <folder>/<cluster>-<node>-<unix time>[.tar.gz]
+	if want := regexp.MustCompile(`^` + regexp.QuoteMeta(folder+"/sim-cp-0-") + `(\d+)` + regexp.QuoteMeta(ext) + `$`); !want.MatchString(key) {
+		t.Fatalf("uploaded %q, not <folder>/<cluster>-<node>-<unix time>%s", key, ext)
+	} else if ts, _ := strconv.ParseInt(want.FindStringSubmatch(key)[1], 10, 64); ts < written.Unix()-1 || ts > time.Now().Unix() {
+		t.Errorf("the name's time %d is not the snapshot's", ts)
+	}
+	keys := storeKeys(t, store)
+	mine := filterPrefix(keys, folder+"/sim-cp-0-")
+	if len(mine) != 2 || !slices.Contains(mine, key) || slices.Contains(mine, seeded["oldest"]) {
+		t.Errorf("retention 2 left %q of the node's scheduled snapshots (uploaded %s)", mine, key)
+	}
+	if !slices.Contains(keys, seeded["other-node"]) || !slices.Contains(keys, seeded["pre-upgrade"]) {
+		t.Errorf("retention removed another node's or another kind's snapshot: %q", keys)
+	}
+	holds(t, store, dist, key, "before-snapshot", "after-snapshot")
+
+	// The node with the wrong secret: refused by the store, nothing uploaded, no secret shown.
+	framework.Eventually(t, 2*time.Minute, func() error {
+		if len(badCP.Snapshots()) == 0 {
+			return fmt.Errorf("no scheduled run yet")
+		}
+		return nil
+	})
+	badErr := badCP.LastSnapshotError()
+	if badErr == nil {
+		t.Fatalf("a snapshot with the wrong secret succeeded: %+v", badCP.Snapshots())
+	}
+	refusal := "SignatureDoesNotMatch"
+	if dist == render.K0s {
+		refusal = "403" // curl --fail: "The requested URL returned error: 403"
+	}
+	t.Logf("%s: with the wrong secret: %v", dist, badErr)
+	if !strings.Contains(badErr.Error(), refusal) {
+		t.Errorf("the failure does not say why (%s): %v", refusal, badErr)
+	}
+	for _, r := range badCP.Snapshots() {
+		if strings.Contains(fmt.Sprint(r.Err)+r.Output, wrongSecret) {
+			t.Errorf("a snapshot run shows the secret: %v %s", r.Err, r.Output)
+		}
+	}
+	if got := filterPrefix(storeKeys(t, store), badFolder+"/"); len(got) != 0 {
+		t.Errorf("the refused node uploaded %q", got)
+	}
+	t.Logf("%s: scheduled snapshots checked after %s", dist, time.Since(start).Round(time.Second))
+
+	// Before an in-place upgrade: the before-upgrade stage's snapshot is in the store before
+	// the node reboots.
+	configMap("before-upgrade")
+	var mu sync.Mutex
+	var atReboot []string
+	unsubscribe := reg.Subscribe(func(e simnode.NodeEvent) {
+		if e.ProviderID != cp.ProviderID() || cp.Status().Reason != simnode.ReasonRebooting {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if atReboot == nil {
+			atReboot, _ = store.Keys(snapshotBucket)
+		}
+	})
+	// The node with the wrong secret upgrades at the same time: its before-upgrade step fails,
+	// and kairos-agent, not strict, goes on with the upgrade.
+	badUpgrade := make(chan error, 1)
+	go func() { badUpgrade <- badCP.Upgrade(bad.ctx, simnode.KairosImage(dist, "v1.37.0")) }()
+	err := cp.Upgrade(w.ctx, simnode.KairosImage(dist, "v1.37.0"))
+	unsubscribe()
+	if err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	if err := <-badUpgrade; err != nil {
+		t.Errorf("the upgrade of the node whose pre-upgrade snapshot failed: %v (kairos-agent is not strict: it goes on)", err)
+	}
+	if runs := badCP.Snapshots(); runs[len(runs)-1].Kind != simnode.SnapshotBeforeUpgrade || runs[len(runs)-1].Err == nil {
+		t.Errorf("the failed pre-upgrade snapshot is not recorded: %+v", runs[len(runs)-1])
+	}
+	if got := filterPrefix(storeKeys(t, store), badFolder+"/"); len(got) != 0 {
+		t.Errorf("the refused node uploaded %q", got)
+	}
+	mu.Lock()
+	pre := filterPrefix(atReboot, folder+"/pre-upgrade-sim-cp-0-")
+	mu.Unlock()
+	if len(pre) != 2 { // the seeded one and the new one: retention 2 of that kind
+		t.Fatalf("pre-upgrade snapshots in the store when the node rebooted: %q (snapshot runs %+v)", pre, cp.Snapshots())
+	}
+	newest := pre[0]
+	if newest == seeded["pre-upgrade"] {
+		newest = pre[1]
+	}
+	holds(t, store, dist, newest, "before-upgrade", "")
+	if err := cp.LastSnapshotError(); err != nil {
+		t.Errorf("the pre-upgrade snapshot: %v", err)
+	}
+	if dist == render.K3s {
+		// A replacement server of a lost cluster (same PKI, token and snapshot settings, another
+		// node name, so its own snapshots never count against cp-0's) starts with k3s' cluster
+		// reset from the scheduled snapshot in the bucket: its API server serves the snapshot's
+		// objects, and not the one written after it.
+		rw := newWorld(t, reg, dist)
+		rw.pki, rw.k3sToken, rw.k3sAgentToken = w.pki, w.k3sToken, w.k3sAgentToken
+		restored := rw.start("k3s-cp-1", rw.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: rw.pki, JoinToken: rw.k3sToken, Hostname: "cp-1",
+			EtcdSnapshots: snapshotSettings(store, folder, store.SecretAccessKey),
+			Args:          []string{"--cluster-reset", "--cluster-reset-restore-path=" + strings.TrimPrefix(key, folder+"/")}}), "")
+		waitPhase(t, restored, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
+		radmin := reg.Cluster(rw.endpointString()).AdminClient()
+		if err := radmin.Get(rw.ctx, client.ObjectKey{Namespace: "default", Name: "before-snapshot"}, &corev1.ConfigMap{}); err != nil {
+			t.Errorf("the restored cluster lost the ConfigMap written before the snapshot: %v", err)
+		}
+		if err := radmin.Get(rw.ctx, client.ObjectKey{Namespace: "default", Name: "after-snapshot"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
+			t.Errorf("the restored cluster has the ConfigMap written after the snapshot (%v)", err)
+		}
+	}
+	t.Logf("%s: done after %s", dist, time.Since(start).Round(time.Second))
+}
+
+func storeKeys(t *testing.T, s *objectstore.Store) []string {
+	t.Helper()
+	keys, err := s.Keys(snapshotBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return keys
+}
+
+func filterPrefix(keys []string, prefix string) []string {
+	var out []string
+	for _, k := range keys {
+		if strings.HasPrefix(k, prefix) {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// holds downloads a snapshot, restores it with etcd's restore, and checks that the ConfigMap
+// present was written before it and absent ("" for none) after it.
+func holds(t *testing.T, s *objectstore.Store, dist render.Distribution, key, present, absent string) {
+	t.Helper()
+	data, err := s.Object(snapshotBucket, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	db := filepath.Join(dir, "snapshot.db")
+	if dist == render.K0s {
+		names, err := simnode.K0sBackupEntries(bytes.NewReader(data), db)
+		if err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+		for _, want := range []string{"etcd-snapshot.db", "pki/ca.crt", "pki/etcd/ca.crt", "pki/sa.key"} {
+			if !slices.Contains(names, want) {
+				t.Errorf("the k0s backup archive %s has no %s: %q", key, want, names)
+			}
+		}
+	} else if err := os.WriteFile(db, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	restored := filepath.Join(dir, "restored")
+	if dist == render.K0s {
+		// What `k0s restore` does with the archive on a new controller: etcd and its PKI.
+		archive := filepath.Join(dir, filepath.Base(key))
+		if err := os.WriteFile(archive, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		root := filepath.Join(dir, "node")
+		if err := simnode.K0sRestore(archive, root, restored, "cp-1", "https://127.0.0.1:2380"); err != nil {
+			t.Fatalf("k0s restore %s: %v", key, err)
+		}
+		if _, err := os.Stat(filepath.Join(root, "var/lib/k0s/pki/sa.key")); err != nil {
+			t.Errorf("k0s restore wrote no service-account key: %v", err)
+		}
+		if err := simnode.K0sRestore(archive, root, restored, "cp-1", "https://127.0.0.1:2380"); err == nil || !strings.Contains(err.Error(), "already holds an etcd member") {
+			t.Errorf("k0s restore over a restored member: %v", err)
+		}
+	} else if err := simnode.RestoreEtcdSnapshot(db, restored, "restored", "https://127.0.0.1:2380"); err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	keys, err := simnode.EtcdKeys(restored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	has := func(name string) bool {
+		return slices.ContainsFunc(keys, func(k string) bool { return strings.HasSuffix(k, "/configmaps/default/"+name) })
+	}
+	if !has(present) {
+		t.Errorf("the snapshot %s, restored, has no ConfigMap %s (%d keys)", key, present, len(keys))
+	}
+	if absent != "" && has(absent) {
+		t.Errorf("the snapshot %s, restored, has the ConfigMap %s written after it", key, absent)
+	}
+}
