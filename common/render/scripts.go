@@ -180,7 +180,7 @@ func (b *builder) bootstrapScript() string {
 		s.WriteString("  touch " + PostCommandsMarker + "\nfi\n")
 	}
 	if n.EtcdSnapshots != nil && n.EtcdSnapshots.Restore {
-		s.WriteString(b.restoreReport())
+		s.WriteString("/bin/sh " + EtcdRestoreReportScript + " || exit 1\n")
 	}
 	s.WriteString("mkdir -p " + SentinelPath[:strings.LastIndexByte(SentinelPath, '/')] + "\n")
 	s.WriteString("echo success > " + SentinelPath + "\n")

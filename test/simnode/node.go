@@ -27,6 +27,7 @@ import (
 
 	"github.com/kairos-capi/kairos-capi/common/pki"
 	"github.com/kairos-capi/kairos-capi/common/render"
+	"github.com/kairos-capi/kairos-capi/test/framework"
 )
 
 // Phase is where a simulated node is in its life.
@@ -436,6 +437,14 @@ func (n *Node) run(ctx context.Context) {
 	if _, ok := p.files[render.PostCommandsScript]; ok {
 		_ = n.writeFile(render.PostCommandsMarker, "")
 	}
+	// A node that restored etcd reports what it restored before the sentinel, as the bootstrap
+	// script does, with the rendered script, the host's /bin/sh and the node's kubectl.
+	if strings.Contains(p.files[render.BootstrapScript], render.EtcdRestoreReportScript) {
+		if _, err := n.runScriptCommand(ctx, p, "/bin/sh "+render.EtcdRestoreReportScript); err != nil {
+			n.fail(retry(ReasonStartFailed, "%v", err))
+			return
+		}
+	}
 	if err := n.writeFile(sentinelPath, "success\n"); err != nil {
 		n.fail(retry(ReasonStartFailed, "writing the sentinel: %v", err))
 		return
@@ -539,6 +548,10 @@ func (n *Node) bootInit(ctx context.Context, p *plan, name, installed string) er
 	}
 	e, err := n.ensureEtcd(p, name, cp.etcdCA)
 	if err != nil {
+		return err
+	}
+	// The document's restore (ExecStartPre of the distribution's unit) runs before etcd starts.
+	if err := n.runEtcdRestore(ctx, p); err != nil {
 		return err
 	}
 	// k3s --cluster-reset --cluster-reset-restore-path: the member starts from a snapshot.
@@ -699,6 +712,14 @@ func (n *Node) startServer(ctx context.Context, c *Cluster, p *plan, name, insta
 			return err
 		}
 		return retry(ReasonStartFailed, "%v", err)
+	}
+	// The admin kubeconfig the distribution writes on its servers, which its kubectl reads.
+	kubeconfig, err := framework.Kubeconfig(c.config)
+	if err != nil {
+		return retry(ReasonStartFailed, "%v", err)
+	}
+	if err := n.writeFile(adminKubeconfigPath(p.distribution), string(kubeconfig)); err != nil {
+		return retry(ReasonStartFailed, "writing the admin kubeconfig: %v", err)
 	}
 	if c.vip != nil {
 		host, _, _ := net.SplitHostPort(c.endpoint)

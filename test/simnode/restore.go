@@ -168,34 +168,56 @@ func (n *Node) k3sClusterReset(ctx context.Context, p *plan, e *etcdServer) erro
 	if err != nil {
 		return refuse(ReasonBootstrapDataRefused, "%v", err)
 	}
+	if err := k3sResetFromSnapshot(ctx, n.root, cfg, name, filepath.Join(e.dir, "data"), e.name, e.peerURL()); err != nil {
+		var cerr corruptSnapshotError
+		if errors.As(err, &cerr) {
+			return refuse(ReasonRestoreFailed, "%v", err)
+		}
+		return retry(ReasonStartFailed, "%v", err)
+	}
+	n.reg.log.Info("k3s cluster reset from a snapshot", "providerID", n.spec.ProviderID, "snapshot", name)
+	return nil
+}
+
+// corruptSnapshotError: etcd's restore refused the snapshot.
+type corruptSnapshotError struct{ err error }
+
+func (c corruptSnapshotError) Error() string { return c.err.Error() }
+func (c corruptSnapshotError) Unwrap() error { return c.err }
+
+// k3sResetFromSnapshot is the cluster reset of k3sClusterReset below the node's root, for the
+// member of name and peerURL whose data directory is data: what the node's own `k3s server
+// --cluster-reset --cluster-reset-restore-path=<name>` runs (the rendered restore script calls
+// it before k3s first starts) and what the args of a document that carries those flags make the
+// simulated server do.
+func k3sResetFromSnapshot(ctx context.Context, root string, cfg k3sSnapshotConfig, name, data, member, peerURL string) error {
 	path := name
 	if !filepath.IsAbs(name) {
 		path = filepath.Join(k3sSnapshotDir, name)
 	}
-	local := n.hostPath(path)
+	local := filepath.Join(root, path)
 	if cfg.S3 && !filepath.IsAbs(name) {
-		if err := k3sDownload(ctx, n.root, cfg, name, local); err != nil {
-			return retry(ReasonStartFailed, "cluster reset from s3://%s/%s: %v", cfg.Bucket, cfg.s3Key(name), err)
+		if err := k3sDownload(ctx, root, cfg, name, local); err != nil {
+			return fmt.Errorf("cluster reset from s3://%s/%s: %w", cfg.Bucket, cfg.s3Key(name), err)
 		}
 	}
 	if _, err := os.Stat(local); err != nil {
-		return retry(ReasonStartFailed, "cluster reset: the snapshot %s: %v", name, err)
+		return fmt.Errorf("cluster reset: the snapshot %s: %w", name, err)
 	}
-	data := filepath.Join(e.dir, "data")
 	if _, err := os.Stat(data); err == nil {
 		// k3s keeps the old data directory as etcd-old-<unix time>.
 		if err := os.Rename(data, fmt.Sprintf("%s-old-%d", data, time.Now().Unix())); err != nil {
-			return retry(ReasonStartFailed, "cluster reset: moving the old etcd data aside: %v", err)
+			return fmt.Errorf("cluster reset: moving the old etcd data aside: %w", err)
 		}
 	}
-	if err := RestoreEtcdSnapshot(local, data, e.name, e.peerURL()); err != nil {
-		return refuse(ReasonRestoreFailed, "cluster reset: %v", err)
+	if err := RestoreEtcdSnapshot(local, data, member, peerURL); err != nil {
+		return corruptSnapshotError{fmt.Errorf("cluster reset: %w", err)}
 	}
-	if err := n.writeFile(k3sResetFlag, ""); err != nil {
-		return retry(ReasonStartFailed, "cluster reset: %v", err)
+	reset := filepath.Join(root, k3sResetFlag)
+	if err := os.MkdirAll(filepath.Dir(reset), 0o700); err != nil {
+		return err
 	}
-	n.reg.log.Info("k3s cluster reset from a snapshot", "providerID", n.spec.ProviderID, "snapshot", name)
-	return nil
+	return os.WriteFile(reset, nil, 0o600)
 }
 
 // k3sDownload fetches <folder>/<name> from k3s' bucket into path.
@@ -311,6 +333,33 @@ func K0sRestore(archive, root, dataDir, name, peerURL string) error {
 	}
 	if err := RestoreEtcdSnapshot(db, dataDir, name, peerURL); err != nil {
 		return fmt.Errorf("failed to restore on step `etcd`: %w", err)
+	}
+	return nil
+}
+
+// runEtcdRestore runs the ExecStartPre lines of the document's restore drop-in of the
+// distribution's unit (render.EtcdRestoreScript), as systemd runs them before the unit starts:
+// with the host's /bin/sh and curl, the node's k0s or k3s command and its paths mapped
+// (runScriptCommand). The preflight's drop-in is checked by the simulation itself (plan.preflight).
+// A failing line fails the start, and systemd's restart tries again: the node retries with the
+// script's reason.
+func (n *Node) runEtcdRestore(ctx context.Context, p *plan) error {
+	unit, ok := p.files["/etc/systemd/system/"+render.ServiceName(p.distribution, render.RoleControlPlane)+".service.d/"+render.EtcdRestoreDropIn]
+	if !ok {
+		return nil
+	}
+	for _, line := range strings.Split(unit, "\n") {
+		cmd, ok := strings.CutPrefix(strings.TrimSpace(line), "ExecStartPre=")
+		if !ok {
+			continue
+		}
+		out, err := n.runScriptCommand(ctx, p, cmd)
+		if err != nil {
+			return retry(ReasonStartFailed, "restoring etcd: %v", err)
+		}
+		if out != "" {
+			n.reg.log.Info("etcd restore", "providerID", n.spec.ProviderID, "output", lastLines(out, 3))
+		}
 	}
 	return nil
 }

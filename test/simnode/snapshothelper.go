@@ -10,9 +10,15 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kairos-capi/kairos-capi/common/render"
 )
@@ -40,6 +46,7 @@ const (
 	helperEtcdEnv = "KAIROS_SIMNODE_ETCD"
 	helperDataEnv = "KAIROS_SIMNODE_ETCD_DATA"
 	helperPeerEnv = "KAIROS_SIMNODE_ETCD_PEER"
+	helperNameEnv = "KAIROS_SIMNODE_ETCD_NAME"
 )
 
 func init() {
@@ -85,12 +92,70 @@ func flagValue(args []string, name string) (string, bool) {
 	return "", false
 }
 
+// adminKubeconfigPath is where the distribution writes the admin kubeconfig on a server, which
+// its kubectl reads (k3s: /etc/rancher/k3s/k3s.yaml; k0s: <data-dir>/pki/admin.conf).
+func adminKubeconfigPath(d render.Distribution) string {
+	if d == render.K3s {
+		return "/etc/rancher/k3s/k3s.yaml"
+	}
+	return k0sPKIDir + "/admin.conf"
+}
+
+// kubectlApply is `k0s kubectl apply -f -` or `k3s kubectl apply -f -` with the node's admin
+// kubeconfig: the objects of the YAML documents on stdin, server-side applied (the documents'
+// scripts apply only what they generate, kube-system/kairos-capi-etcd-restore).
+func kubectlApply(root string, dist render.Distribution, args []string) error {
+	if len(args) != 3 || args[0] != "apply" || args[1] != "-f" || args[2] != "-" {
+		return usageError{"the simulated " + string(dist) + " kubectl runs only `apply -f -`"}
+	}
+	kubeconfig, err := os.ReadFile(filepath.Join(root, adminKubeconfigPath(dist)))
+	if err != nil {
+		return fmt.Errorf("the admin kubeconfig: %w", err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{})
+	if err != nil {
+		return err
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(os.Stdin, 4096)
+	for {
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			if err == io.EOF {
+				return nil
+			}
+			return fmt.Errorf("error: the input is not YAML: %w", err)
+		}
+		if len(obj.Object) == 0 {
+			continue
+		}
+		if err := c.Patch(context.Background(), obj, client.Apply, client.FieldOwner("kubectl"), client.ForceOwnership); err != nil {
+			return fmt.Errorf("applying %s %s/%s: %w", obj.GetKind(), obj.GetNamespace(), obj.GetName(), err)
+		}
+		fmt.Printf("%s/%s serverside-applied\n", strings.ToLower(obj.GetKind()), obj.GetName())
+	}
+}
+
 func k0sCommand(root, endpoint string, args []string) error {
-	if len(args) == 2 && args[0] == "restore" {
+	if len(args) > 0 && args[0] == "kubectl" {
+		return kubectlApply(root, render.K0s, args[1:])
+	}
+	if len(args) >= 2 && args[0] == "restore" {
 		// k0s restores before the controller first starts: the member's data directory and
 		// peer URL are the node's (the simulation keeps its member's data below
-		// /var/lib/sim-etcd, not k0s' /var/lib/k0s/etcd).
-		return K0sRestore(args[1], root, os.Getenv(helperDataEnv), os.Getenv("NODE_NAME"), os.Getenv(helperPeerEnv))
+		// /var/lib/sim-etcd, not k0s' /var/lib/k0s/etcd). --config-out names where k0s writes
+		// the archive's k0s.yaml, which the simulation does not need.
+		rest := args[1:]
+		if len(rest) == 2 && strings.HasPrefix(rest[0], "--config-out=") {
+			rest = rest[1:]
+		}
+		if len(rest) != 1 {
+			return usageError{"usage: k0s restore [--config-out=FILE] ARCHIVE"}
+		}
+		return K0sRestore(rest[0], root, os.Getenv(helperDataEnv), os.Getenv(helperNameEnv), os.Getenv(helperPeerEnv))
 	}
 	if len(args) == 0 || args[0] != "backup" {
 		return usageError{"the simulated k0s runs only `backup --save-path=DIR` and `restore ARCHIVE`"}
@@ -182,25 +247,27 @@ func writeK0sArchive(w io.Writer, root, db string) error {
 }
 
 func k3sCommand(root, endpoint, node string, args []string) error {
+	if len(args) > 0 && args[0] == "kubectl" {
+		return kubectlApply(root, render.K3s, args[1:])
+	}
+	if len(args) >= 2 && args[0] == "server" && slices.Contains(args[1:], "--cluster-reset") {
+		name, ok := flagValue(args[1:], "cluster-reset-restore-path")
+		if !ok || name == "" {
+			return usageError{"the simulated k3s server runs only as --cluster-reset --cluster-reset-restore-path=NAME"}
+		}
+		cfg, err := k3sConfigOf(root)
+		if err != nil {
+			return err
+		}
+		return k3sResetFromSnapshot(context.Background(), root, cfg, name, os.Getenv(helperDataEnv), os.Getenv(helperNameEnv), os.Getenv(helperPeerEnv))
+	}
 	if len(args) < 2 || args[0] != "etcd-snapshot" {
-		return usageError{"the simulated k3s runs only `etcd-snapshot save|prune`"}
+		return usageError{"the simulated k3s runs only `etcd-snapshot save|prune` and `server --cluster-reset`"}
 	}
 	if node == "" {
 		return errors.New("NODE_NAME is not set")
 	}
-	var contents []string
-	dir := filepath.Join(root, "etc", "rancher", "k3s")
-	files := map[string]string{}
-	for _, p := range append([]string{filepath.Join(dir, "config.yaml")}, globYAML(filepath.Join(dir, "config.yaml.d"))...) {
-		if b, err := os.ReadFile(p); err == nil {
-			rel, _ := filepath.Rel(root, p)
-			files["/"+filepath.ToSlash(rel)] = string(b)
-		}
-	}
-	for _, f := range k3sConfigFiles(files) {
-		contents = append(contents, files[f])
-	}
-	cfg, err := parseK3sSnapshotConfig(contents)
+	cfg, err := k3sConfigOf(root)
 	if err != nil {
 		return err
 	}
@@ -231,6 +298,23 @@ func k3sCommand(root, endpoint, node string, args []string) error {
 	default:
 		return usageError{"the simulated k3s runs only `etcd-snapshot save|prune`"}
 	}
+}
+
+// k3sConfigOf reads the snapshot settings of the node's k3s config files, in k3s' order.
+func k3sConfigOf(root string) (k3sSnapshotConfig, error) {
+	var contents []string
+	dir := filepath.Join(root, "etc", "rancher", "k3s")
+	files := map[string]string{}
+	for _, p := range append([]string{filepath.Join(dir, "config.yaml")}, globYAML(filepath.Join(dir, "config.yaml.d"))...) {
+		if b, err := os.ReadFile(p); err == nil {
+			rel, _ := filepath.Rel(root, p)
+			files["/"+filepath.ToSlash(rel)] = string(b)
+		}
+	}
+	for _, f := range k3sConfigFiles(files) {
+		contents = append(contents, files[f])
+	}
+	return parseK3sSnapshotConfig(contents)
 }
 
 func globYAML(dir string) []string {

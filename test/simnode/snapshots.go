@@ -544,6 +544,7 @@ func (n *Node) nodeCommands(p *plan, e *etcdServer) error {
 		dist: "#!/bin/sh\n# The " + dist + " command of simulated node " + name + " (test/simnode snapshothelper.go).\n" +
 			helperEnv + "=" + dist + " " + helperRootEnv + "=" + shellQuote(n.root) + " " + helperEtcdEnv + "=" + shellQuote(e.local) +
 			" " + helperDataEnv + "=" + shellQuote(filepath.Join(e.dir, "data")) + " " + helperPeerEnv + "=" + shellQuote(e.peerURL()) +
+			" " + helperNameEnv + "=" + shellQuote(e.name) +
 			" NODE_NAME=" + shellQuote(name) + " exec " + shellQuote(exe) + " \"$@\"\n",
 	}
 	for file, content := range scripts {

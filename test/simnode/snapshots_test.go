@@ -222,24 +222,54 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	if err := cp.LastSnapshotError(); err != nil {
 		t.Errorf("the pre-upgrade snapshot: %v", err)
 	}
-	if dist == render.K3s {
-		// A replacement server of a lost cluster (same PKI, token and snapshot settings, another
-		// node name, so its own snapshots never count against cp-0's) starts with k3s' cluster
-		// reset from the scheduled snapshot in the bucket: its API server serves the snapshot's
-		// objects, and not the one written after it.
-		rw := newWorld(t, reg, dist)
-		rw.pki, rw.k3sToken, rw.k3sAgentToken = w.pki, w.k3sToken, w.k3sAgentToken
-		restored := rw.start("k3s-cp-1", rw.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: rw.pki, JoinToken: rw.k3sToken, Hostname: "cp-1",
-			EtcdSnapshots: snapshotSettings(store, folder, store.SecretAccessKey),
-			Args:          []string{"--cluster-reset", "--cluster-reset-restore-path=" + strings.TrimPrefix(key, folder+"/")}}), "")
-		waitPhase(t, restored, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
-		radmin := reg.Cluster(rw.endpointString()).AdminClient()
-		if err := radmin.Get(rw.ctx, client.ObjectKey{Namespace: "default", Name: "before-snapshot"}, &corev1.ConfigMap{}); err != nil {
-			t.Errorf("the restored cluster lost the ConfigMap written before the snapshot: %v", err)
+	// The cluster is lost: its only node and its API server are gone, as when the VM is
+	// destroyed. A replacement with the same endpoint, PKI, tokens and snapshot settings whose
+	// document restores (render.EtcdSnapshots.Restore) runs the rendered restore before its
+	// distribution starts: it skips a corrupt snapshot that names a later time and restores the
+	// newest good one with etcd's own restore; the cluster then serves exactly that snapshot's
+	// objects, and the node reports which one it restored.
+	configMap("after-last-snapshot")
+	reg.StopCluster(w.endpointString())
+	var newestGood string
+	var newestTime int64
+	for _, k := range filterPrefix(storeKeys(t, store), folder+"/") {
+		m := regexp.MustCompile(`-(\d+)` + regexp.QuoteMeta(ext) + `$`).FindStringSubmatch(k)
+		if m == nil || strings.Contains(k, "sim-cp-9-") {
+			continue
 		}
-		if err := radmin.Get(rw.ctx, client.ObjectKey{Namespace: "default", Name: "after-snapshot"}, &corev1.ConfigMap{}); !apierrors.IsNotFound(err) {
-			t.Errorf("the restored cluster has the ConfigMap written after the snapshot (%v)", err)
+		if ts, _ := strconv.ParseInt(m[1], 10, 64); ts > newestTime {
+			newestGood, newestTime = k, ts
 		}
+	}
+	corrupt := fmt.Sprintf("%s/sim-cp-0-%d%s", folder, time.Now().Unix()+3600, ext)
+	if _, err := store.Backend.PutObject(snapshotBucket, corrupt, nil, strings.NewReader("not a snapshot"), 14, nil); err != nil {
+		t.Fatal(err)
+	}
+	settings := snapshotSettings(store, folder, store.SecretAccessKey)
+	settings.Restore = true
+	replacement := w.start(string(dist)+"-cp-r", w.doc(render.Node{Role: render.RoleControlPlane, Init: true, PKI: w.pki, JoinToken: w.k3sToken, Hostname: "cp-r",
+		EtcdSnapshots: settings}), "")
+	waitPhase(t, replacement, simnode.PhaseRunning, simnode.ReasonRunning, 2*time.Minute)
+	radmin := reg.Cluster(w.endpointString()).AdminClient()
+	report := &corev1.ConfigMap{}
+	if err := radmin.Get(w.ctx, client.ObjectKey{Namespace: "kube-system", Name: render.EtcdRestoreConfigMap}, report); err != nil {
+		t.Fatalf("the restoring node reported nothing: %v", err)
+	}
+	if want := strings.TrimPrefix(newestGood, folder+"/"); report.Data["snapshot"] != want || report.Data["node"] != "cp-r" || report.Data["restored"] == "" {
+		t.Errorf("the report says %v, want the newest good snapshot %s restored on cp-r", report.Data, want)
+	}
+	inSnapshot := snapshotConfigMaps(t, store, dist, newestGood)
+	for _, name := range []string{"before-snapshot", "after-snapshot", "before-upgrade", "after-last-snapshot"} {
+		err := radmin.Get(w.ctx, client.ObjectKey{Namespace: "default", Name: name}, &corev1.ConfigMap{})
+		switch {
+		case inSnapshot[name] && err != nil:
+			t.Errorf("the restored cluster lost ConfigMap %s, which the snapshot holds: %v", name, err)
+		case !inSnapshot[name] && !apierrors.IsNotFound(err):
+			t.Errorf("the restored cluster has ConfigMap %s, which the snapshot does not hold (%v)", name, err)
+		}
+	}
+	if !inSnapshot["before-snapshot"] || inSnapshot["after-last-snapshot"] {
+		t.Errorf("the newest good snapshot holds %v: not taken between the first and the last ConfigMap", inSnapshot)
 	}
 	t.Logf("%s: done after %s", dist, time.Since(start).Round(time.Second))
 }
@@ -319,4 +349,38 @@ func holds(t *testing.T, s *objectstore.Store, dist render.Distribution, key, pr
 	if absent != "" && has(absent) {
 		t.Errorf("the snapshot %s, restored, has the ConfigMap %s written after it", key, absent)
 	}
+}
+
+// snapshotConfigMaps lists the default namespace's ConfigMaps that a snapshot in the store holds
+// (restored with etcd's own restore into a scratch folder).
+func snapshotConfigMaps(t *testing.T, s *objectstore.Store, dist render.Distribution, key string) map[string]bool {
+	t.Helper()
+	data, err := s.Object(snapshotBucket, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	db := filepath.Join(dir, "snapshot.db")
+	if dist == render.K0s {
+		if _, err := simnode.K0sBackupEntries(bytes.NewReader(data), db); err != nil {
+			t.Fatalf("%s: %v", key, err)
+		}
+	} else if err := os.WriteFile(db, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	restored := filepath.Join(dir, "restored")
+	if err := simnode.RestoreEtcdSnapshot(db, restored, "check", "https://127.0.0.1:2380"); err != nil {
+		t.Fatalf("%s: %v", key, err)
+	}
+	keys, err := simnode.EtcdKeys(restored)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]bool{}
+	for _, k := range keys {
+		if _, name, ok := strings.Cut(k, "/configmaps/default/"); ok {
+			out[name] = true
+		}
+	}
+	return out
 }
