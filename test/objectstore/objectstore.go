@@ -85,7 +85,14 @@ type Store struct {
 	server *httptest.Server
 	// refused counts the requests the verifier refused.
 	refused atomic.Int64
+	// readOnly refuses every write (SetReadOnly).
+	readOnly atomic.Bool
 }
+
+// SetReadOnly makes the store refuse (or accept again) every write, as a bucket policy denying
+// PutObject and DeleteObject would: a test freezes what the store holds at a point of its own
+// choosing, whatever a node's schedule does next.
+func (s *Store) SetReadOnly(ro bool) { s.readOnly.Store(ro) }
 
 // Start starts a store and stops it when the test ends.
 func Start(tb testing.TB, opts Options) *Store {
@@ -191,7 +198,12 @@ const maxSkew = 15 * time.Minute
 // sigV4 refuses every request that is not signed with the store's credentials.
 func (s *Store) sigV4(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if code, msg := s.verify(r); code != "" {
+		code, msg := s.verify(r)
+		if code == "" && s.readOnly.Load() && r.Method != http.MethodGet && r.Method != http.MethodHead {
+			// As a bucket policy that denies writes: the request is authenticated, not allowed.
+			code, msg = "AccessDenied", "the bucket is read-only (objectstore.Store.SetReadOnly)"
+		}
+		if code != "" {
 			s.refused.Add(1)
 			status := http.StatusForbidden
 			if code == "XAmzContentSHA256Mismatch" {

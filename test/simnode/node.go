@@ -322,9 +322,17 @@ func (n *Node) stop() {
 	}
 	n.dropVIP()
 	n.mu.Lock()
+	wasServer := n.etcd != nil
 	changed := n.status.Phase != PhaseStopped
 	n.status.Phase, n.status.Reason, n.status.Message = PhaseStopped, ReasonStopped, "the machine was deleted"
 	n.mu.Unlock()
+	// The cluster's API server runs once per simulated cluster, but in reality on its
+	// control-plane nodes: once the last of them is gone, so is the cluster (a single-node site
+	// that lost its node), and only a node that creates it again (from a snapshot) brings it back.
+	if c := n.Cluster(); wasServer && c != nil && !n.reg.serverRunning(c.endpoint) {
+		n.reg.log.Info("The last control-plane node of the cluster is gone: stopping its API server", "endpoint", c.endpoint)
+		c.Stop()
+	}
 	if changed {
 		n.reg.notify(n.event())
 	}

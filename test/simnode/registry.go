@@ -293,6 +293,20 @@ func (r *Registry) PoolNodes(namespace, pool string) []*Node {
 	return out
 }
 
+// serverRunning tells whether a control-plane node (one with an etcd member) of the cluster at
+// an endpoint has not been stopped.
+func (r *Registry) serverRunning(endpoint string) bool {
+	for _, n := range r.NodesOf(endpoint) {
+		n.mu.Lock()
+		server, stopped := n.etcd != nil, n.status.Phase == PhaseStopped
+		n.mu.Unlock()
+		if server && !stopped {
+			return true
+		}
+	}
+	return false
+}
+
 // StopNode stops a node (its machine went away). Its Node object stays in the workload cluster
 // (Cluster API deletes it) and so does its etcd membership (a leave request removes it).
 func (r *Registry) StopNode(providerID string) {

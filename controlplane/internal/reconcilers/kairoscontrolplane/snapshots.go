@@ -43,11 +43,23 @@ type snapshotListings struct {
 	m  map[types.UID]snapshotListing
 }
 
+// snapshotRetryInterval is how soon a listing that failed is tried again: a Secret created
+// after the control plane, or a store that was down, shows in the status without a long wait.
+const snapshotRetryInterval = 30 * time.Second
+
 func (c *snapshotListings) get(uid types.UID, now time.Time) (snapshotListing, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	l, ok := c.m[uid]
-	return l, ok && now.Sub(l.at) < snapshotListInterval
+	return l, ok && now.Sub(l.at) < l.interval()
+}
+
+// interval is how long a listing is used before the store is listed again.
+func (l snapshotListing) interval() time.Duration {
+	if l.err != nil {
+		return snapshotRetryInterval
+	}
+	return snapshotListInterval
 }
 
 func (c *snapshotListings) put(uid types.UID, l snapshotListing) {
@@ -69,7 +81,7 @@ func (r *Reconciler) reconcileEtcdSnapshots(ctx context.Context, s *scope) (ctrl
 	}
 	if l, fresh := r.snapshotListings.get(s.kcp.UID, s.reconcileTime); fresh {
 		s.snapshots = l
-		return ctrl.Result{RequeueAfter: snapshotListInterval - s.reconcileTime.Sub(l.at)}, nil
+		return ctrl.Result{RequeueAfter: l.interval() - s.reconcileTime.Sub(l.at)}, nil
 	}
 	l := snapshotListing{at: s.reconcileTime}
 	store, err := r.snapshotStore(ctx, s, spec)
@@ -85,15 +97,16 @@ func (r *Reconciler) reconcileEtcdSnapshots(ctx context.Context, s *scope) (ctrl
 	}
 	r.snapshotListings.put(s.kcp.UID, l)
 	s.snapshots = l
-	return ctrl.Result{RequeueAfter: snapshotListInterval}, nil
+	return ctrl.Result{RequeueAfter: l.interval()}, nil
 }
 
 // snapshotStore is the cluster's folder of the store, with the credentials read from their
-// Secret (through the cache, like every Secret the control plane reads).
+// Secret. The read is uncached: the manager's cache holds only Secrets labelled with a cluster
+// name (common/provider/manager CacheOptions), and the user's credentials Secret need not be.
 func (r *Reconciler) snapshotStore(ctx context.Context, s *scope, spec *bootstrapv1.EtcdSnapshots) (etcdsnapshots.Store, error) {
 	name := spec.S3.CredentialsSecret.Name
 	secret := &corev1.Secret{}
-	if err := r.Client.Get(ctx, client.ObjectKey{Namespace: s.kcp.Namespace, Name: name}, secret); err != nil {
+	if err := r.APIReader.Get(ctx, client.ObjectKey{Namespace: s.kcp.Namespace, Name: name}, secret); err != nil {
 		if apierrors.IsNotFound(err) {
 			return etcdsnapshots.Store{}, fmt.Errorf("the credentials Secret %s (spec.etcd.snapshots.s3.credentialsSecret) does not exist", name)
 		}

@@ -164,3 +164,20 @@ func TestReconcileEtcdSnapshots(t *testing.T) {
 		t.Errorf("without the secret key: %v, %v", err, s.snapshots.err)
 	}
 }
+
+// A listing that failed is tried again soon; a good one is kept for the whole interval.
+func TestSnapshotListingInterval(t *testing.T) {
+	var c snapshotListings
+	now := time.Now()
+	c.put("failed", snapshotListing{at: now, err: fmt.Errorf("the Secret does not exist")})
+	c.put("listed", snapshotListing{at: now})
+	if _, fresh := c.get("failed", now.Add(snapshotRetryInterval)); fresh {
+		t.Error("a failed listing is kept past snapshotRetryInterval")
+	}
+	if _, fresh := c.get("listed", now.Add(snapshotRetryInterval)); !fresh {
+		t.Error("a good listing is not kept for snapshotListInterval")
+	}
+	if _, fresh := c.get("listed", now.Add(snapshotListInterval)); fresh {
+		t.Error("a good listing is kept past snapshotListInterval")
+	}
+}
