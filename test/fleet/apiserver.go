@@ -39,15 +39,16 @@ type Stats struct {
 	Writes       uint64 // POST, PUT, PATCH, DELETE, whether they changed anything or not
 	NoOpWrites   uint64 // writes answered 200 that changed nothing (no new resourceVersion)
 	Unauthorized uint64 // requests refused with 401
+	Protobuf     uint64 // answers (and watches) in protobuf rather than JSON
 }
 
 type stats struct {
-	reads, watches, writes, noOpWrites, unauthorized atomic.Uint64
+	reads, watches, writes, noOpWrites, unauthorized, protobuf atomic.Uint64
 }
 
 func (s *stats) snapshot() Stats {
 	return Stats{Reads: s.reads.Load(), Watches: s.watches.Load(), Writes: s.writes.Load(),
-		NoOpWrites: s.noOpWrites.Load(), Unauthorized: s.unauthorized.Load()}
+		NoOpWrites: s.noOpWrites.Load(), Unauthorized: s.unauthorized.Load(), Protobuf: s.protobuf.Load()}
 }
 
 // connAuth is the identity of one TLS connection, verified on its first request: a client
@@ -126,6 +127,18 @@ func (c *Cluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	code := http.StatusOK
 	if r.Method == http.MethodPost {
 		code = http.StatusCreated
+	}
+	if wantsProtobuf(r, req.res) {
+		pb, err := req.res.toProtobuf(data, r.Method == http.MethodGet && req.name == "")
+		if err != nil {
+			writeError(w, err)
+			return
+		}
+		c.stats.protobuf.Add(1)
+		w.Header().Set("Content-Type", protobufType)
+		w.WriteHeader(code)
+		_, _ = w.Write(pb)
+		return
 	}
 	writeJSON(w, code, data)
 }
@@ -371,29 +384,57 @@ func (c *Cluster) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	}
 	wt := &watcher{res: c.res.index[req.res], namespace: req.namespace, selector: ls, fields: fs}
 	rv, initialEvents, err := c.store.watch(wt, from, initial)
-	w.Header().Set("Content-Type", "application/json")
+	pb := wantsProtobuf(r, req.res)
+	if pb {
+		c.stats.protobuf.Add(1)
+		w.Header().Set("Content-Type", protobufType+";stream=watch")
+	} else {
+		w.Header().Set("Content-Type", "application/json")
+	}
 	w.Header().Set("Transfer-Encoding", "chunked")
 	w.WriteHeader(http.StatusOK)
 	flusher, _ := w.(http.Flusher)
+	// write sends one event; obj is JSON, or protobuf when the watch is.
 	write := func(typ string, obj []byte) bool {
-		var b bytes.Buffer
-		b.Grow(len(obj) + 32)
-		b.WriteString(`{"type":"`)
-		b.WriteString(typ)
-		b.WriteString(`","object":`)
-		b.Write(obj)
-		b.WriteString("}\n")
-		if _, err := w.Write(b.Bytes()); err != nil {
-			return false
+		var out []byte
+		if pb {
+			frame, err := pbWatchFrame(typ, obj)
+			if err != nil {
+				return false
+			}
+			out = frame
+		} else {
+			var b bytes.Buffer
+			b.Grow(len(obj) + 32)
+			b.WriteString(`{"type":"`)
+			b.WriteString(typ)
+			b.WriteString(`","object":`)
+			b.Write(obj)
+			b.WriteString("}\n")
+			out = b.Bytes()
 		}
-		return true
+		_, err := w.Write(out)
+		return err == nil
+	}
+	// encode turns a stored object into what write takes.
+	encode := func(b *blob) ([]byte, error) {
+		if pb {
+			return b.protobuf(req.res)
+		}
+		return b.json, nil
 	}
 	if err != nil {
 		var gone errGone
 		if errors.As(err, &gone) {
 			st := apierrors.NewResourceExpired(gone.Error()).Status()
 			st.Kind, st.APIVersion = "Status", "v1"
-			write("ERROR", mustJSON(st))
+			obj := mustJSON(st)
+			if pb {
+				if obj, err = encodeProtobuf(&st); err != nil {
+					return
+				}
+			}
+			write("ERROR", obj)
 		}
 		if flusher != nil {
 			flusher.Flush()
@@ -412,9 +453,9 @@ func (c *Cluster) serveWatch(w http.ResponseWriter, r *http.Request, req request
 			// Every initial event is written (they were queued before any later one): the
 			// bookmark tells the client its list is complete as of rv.
 			pendingBookmark = false
-			bm := fmt.Sprintf(`{"kind":%q,"apiVersion":%q,"metadata":{"resourceVersion":"%d","annotations":{"k8s.io/initial-events-end":"true"}}}`,
-				req.res.kind, req.res.apiVersion(), rv)
-			if !write("BOOKMARK", []byte(bm)) {
+			bm, err := encode(&blob{json: []byte(fmt.Sprintf(`{"kind":%q,"apiVersion":%q,"metadata":{"resourceVersion":"%d","annotations":{"k8s.io/initial-events-end":"true"}}}`,
+				req.res.kind, req.res.apiVersion(), rv))})
+			if err != nil || !write("BOOKMARK", bm) {
 				return
 			}
 			if flusher != nil {
@@ -426,7 +467,8 @@ func (c *Cluster) serveWatch(w http.ResponseWriter, r *http.Request, req request
 			if !ok {
 				return
 			}
-			if !write(ev.typ.String(), ev.data) {
+			obj, err := encode(ev.obj)
+			if err != nil || !write(ev.typ.String(), obj) {
 				return
 			}
 			initialEvents--

@@ -31,9 +31,10 @@
 //     bootstrap provider relies on (a Node's providerID cannot change once set). A write that
 //     changes nothing gets no new resourceVersion and no watch event, as from the API server,
 //     and is counted (Stats.NoOpWrites): issue 35 asks for writes that change nothing.
-//     Request bodies may be JSON or protobuf (client-go v0.36 clients send built-in kinds as
-//     protobuf by default);
-//     answers are always JSON, which client-go accepts (it asks for "protobuf, json").
+//     Bodies and answers are JSON or protobuf: client-go v0.36 clients send and ask for
+//     built-in kinds in protobuf by default, and get it (objects, lists and watch streams,
+//     encoded by apimachinery's serializer from the stored JSON, a watch event once for all its
+//     watchers: protobuf.go); custom resources are JSON, as from the API server.
 //   - The kinds served: Namespaces, Nodes, Secrets, ConfigMaps, Pods (always empty: the
 //     ClusterCache looks for its own Pod, drain lists them), coordination.k8s.io Leases, and on
 //     k0s clusters k0s' EtcdMember (etcd.k0sproject.io/v1beta1, cluster scoped, as
@@ -73,9 +74,7 @@
 // providerID, a missing namespace). It does not model: admission, defaulting and most
 // validation (the managers send valid objects; test/simnode runs the real API server for
 // that), RBAC, API priority and fairness, pagination (limit is ignored: whole lists are
-// answered, which servers may do), protobuf responses (JSON costs a client somewhat more to
-// decode than protobuf would, so the managers' measured CPU is an upper bound), the Node's image
-// list (a real Node is several KiB larger), bookmarks during a watch, and etcd itself (no data
+// answered, which servers may do), CBOR, the Node's image list (a real Node is several KiB larger), bookmarks during a watch, and etcd itself (no data
 // in etcd, no raft: members are healthy or not as told). What the managers cost is requests,
 // bytes, connections, TLS handshakes, watches and the churn they receive, and all of those are
 // real here: real sockets, real TLS with per-cluster CAs, real HTTP/2 and gRPC, real

@@ -62,6 +62,7 @@ func TestControllerRuntimeClient(t *testing.T) {
 	node := &corev1.Node{}
 	require.NoError(t, cl.Get(ctx, client.ObjectKey{Name: c.NodeName()}, node))
 	require.Equal(t, simnode.ProviderID("sites", "site-1-cp-0"), node.Spec.ProviderID)
+	require.Equal(t, uint64(1), c.Stats().Protobuf, "controller-runtime reads built-in kinds in protobuf")
 	require.Equal(t, c.NodeAddress().String(), node.Status.Addresses[0].Address)
 	ready := false
 	for _, cond := range node.Status.Conditions {
@@ -216,8 +217,10 @@ func TestWatchSemantics(t *testing.T) {
 	_, err = cms.Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "after", Labels: map[string]string{"a": "b"}}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
+	protobufBefore := c.Stats().Protobuf
 	w, err := cms.Watch(ctx, metav1.ListOptions{ResourceVersion: list.ResourceVersion})
 	require.NoError(t, err)
+	require.Equal(t, protobufBefore+1, c.Stats().Protobuf, "client-go's clientset watches in protobuf")
 	ev := next(t, w)
 	require.Equal(t, watch.Added, ev.Type)
 	require.Equal(t, "after", ev.Object.(*corev1.ConfigMap).Name)

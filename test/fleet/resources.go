@@ -7,6 +7,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/kairos-capi/kairos-capi/test/simnode"
 )
@@ -25,6 +26,8 @@ type resource struct {
 	// again, so that unknown fields are dropped and malformed ones refused as a real API server
 	// would, and strategic merge patches use its patch strategy. nil for custom resources.
 	typed func() any
+	// typedList returns the Go type of the kind's list (for protobuf answers).
+	typedList func() runtime.Object
 	// conditionalUpdate: a PUT must carry metadata.resourceVersion (custom resources; built-in
 	// kinds allow unconditional updates).
 	conditionalUpdate bool
@@ -52,17 +55,17 @@ func (r *resource) groupResource() string {
 // lists Pods; a simulated single node runs none that matter to the managers.
 var (
 	resNamespaces = &resource{version: "v1", kind: "Namespace", plural: "namespaces", singular: "namespace", status: true,
-		typed: func() any { return &corev1.Namespace{} }}
+		typed: func() any { return &corev1.Namespace{} }, typedList: func() runtime.Object { return &corev1.NamespaceList{} }}
 	resNodes = &resource{version: "v1", kind: "Node", plural: "nodes", singular: "node", status: true,
-		typed: func() any { return &corev1.Node{} }}
+		typed: func() any { return &corev1.Node{} }, typedList: func() runtime.Object { return &corev1.NodeList{} }}
 	resSecrets = &resource{version: "v1", kind: "Secret", plural: "secrets", singular: "secret", namespaced: true,
-		typed: func() any { return &corev1.Secret{} }}
+		typed: func() any { return &corev1.Secret{} }, typedList: func() runtime.Object { return &corev1.SecretList{} }}
 	resConfigMaps = &resource{version: "v1", kind: "ConfigMap", plural: "configmaps", singular: "configmap", namespaced: true,
-		typed: func() any { return &corev1.ConfigMap{} }}
+		typed: func() any { return &corev1.ConfigMap{} }, typedList: func() runtime.Object { return &corev1.ConfigMapList{} }}
 	resPods = &resource{version: "v1", kind: "Pod", plural: "pods", singular: "pod", namespaced: true, status: true,
-		typed: func() any { return &corev1.Pod{} }}
+		typed: func() any { return &corev1.Pod{} }, typedList: func() runtime.Object { return &corev1.PodList{} }}
 	resLeases = &resource{group: "coordination.k8s.io", version: "v1", kind: "Lease", plural: "leases", singular: "lease", namespaced: true,
-		typed: func() any { return &coordinationv1.Lease{} }}
+		typed: func() any { return &coordinationv1.Lease{} }, typedList: func() runtime.Object { return &coordinationv1.LeaseList{} }}
 	// resEtcdMembers mirrors k0s' EtcdMember CRD (etcd.k0sproject.io/v1beta1, cluster scoped,
 	// status subresource) as test/simnode installs it (simnode/etcd.go, etcdMemberCRD).
 	resEtcdMembers = &resource{group: simnode.EtcdMemberGVK.Group, version: simnode.EtcdMemberGVK.Version,

@@ -59,8 +59,8 @@ type event struct {
 
 // watchEvent is what a watcher receives.
 type watchEvent struct {
-	typ  eventType
-	data []byte
+	typ eventType
+	obj *blob
 }
 
 type watcher struct {
@@ -121,8 +121,9 @@ func (s *store) commit(typ eventType, k objKey, rv uint64, e *entry, data []byte
 	ev := event{typ: typ, key: k, rv: rv, data: data, labels: lbls, prevLabels: prevLabels}
 	s.record(ev)
 	live := s.watchers[:0]
+	shared := &blob{json: ev.data} // encoded to protobuf once for every watcher
 	for _, w := range s.watchers {
-		if typ, ok := w.matches(ev); ok && !w.send(watchEvent{typ: typ, data: ev.data}) {
+		if typ, ok := w.matches(ev); ok && !w.send(watchEvent{typ: typ, obj: shared}) {
 			continue
 		}
 		live = append(live, w)
@@ -198,7 +199,7 @@ func (s *store) watch(w *watcher, from uint64, initial bool) (uint64, int, error
 		for _, k := range s.sortedKeys(w.res, w.namespace) {
 			e := s.objs[k]
 			if w.fields.Matches(keyFields(k)) && w.selector.Matches(labels.Set(e.labels)) {
-				backlog = append(backlog, watchEvent{typ: added, data: e.data})
+				backlog = append(backlog, watchEvent{typ: added, obj: &blob{json: e.data}})
 			}
 		}
 	} else {
@@ -212,7 +213,7 @@ func (s *store) watch(w *watcher, from uint64, initial bool) (uint64, int, error
 				continue
 			}
 			if typ, ok := w.matches(ev); ok {
-				backlog = append(backlog, watchEvent{typ: typ, data: ev.data})
+				backlog = append(backlog, watchEvent{typ: typ, obj: &blob{json: ev.data}})
 			}
 		}
 	}
