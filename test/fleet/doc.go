@@ -13,7 +13,9 @@
 //     server certificate is signed by that CA, so the kubeconfig Cluster API writes to
 //     <cluster>-kubeconfig works as it is. Client certificates are verified against that CA
 //     only, like kube-apiserver's --client-ca-file: another cluster's certificate, or none, is
-//     answered 401 (apiserver.go, authenticate). There is no authorization (every authenticated
+//     answered 401 (apiserver.go, authenticate), as from an API server without anonymous
+//     authentication (k3s runs its API server with --anonymous-auth=false; with anonymous
+//     authentication on, a real server would refuse with 403 instead). There is no authorization (every authenticated
 //     user is an administrator): Cluster API's kubeconfigs are system:masters anyway.
 //   - An object store served as the Kubernetes REST API (store.go, objects.go, apiserver.go):
 //     discovery (/api, /apis, the group versions, the root path that the ClusterCache probes,
