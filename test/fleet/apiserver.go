@@ -358,7 +358,8 @@ func (c *Cluster) list(r *http.Request, req request) ([]byte, error) {
 // serveWatch streams watch events. A watch from resourceVersion N gets every change after N
 // (410 Expired, as an ERROR event, when N is older than the history); without one, or with "0",
 // it first gets an ADDED event per current object; with sendInitialEvents=true (client-go's
-// WatchList) those are followed by the bookmark that ends them. Other bookmarks are not sent.
+// WatchList) those are followed by the bookmark that ends them. With allowWatchBookmarks, a
+// bookmark follows every Options.BookmarkInterval.
 // A watch ends after timeoutSeconds, or after 30 to 60 minutes like kube-apiserver's
 // --min-request-timeout default.
 func (c *Cluster) serveWatch(w http.ResponseWriter, r *http.Request, req request) {
@@ -447,6 +448,15 @@ func (c *Cluster) serveWatch(w http.ResponseWriter, r *http.Request, req request
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()
+	// With allowWatchBookmarks, a bookmark every minute carries the current resourceVersion,
+	// as the API server's watch cache sends them, so that a watch of a quiet kind resumes
+	// without 410 however much other kinds changed.
+	var bookmarks <-chan time.Time
+	if q.Get("allowWatchBookmarks") == "true" {
+		ticker := time.NewTicker(c.f.opts.BookmarkInterval)
+		defer ticker.Stop()
+		bookmarks = ticker.C
+	}
 	pendingBookmark := initialEnd
 	for {
 		if pendingBookmark && initialEvents == 0 {
@@ -473,6 +483,22 @@ func (c *Cluster) serveWatch(w http.ResponseWriter, r *http.Request, req request
 			}
 			initialEvents--
 			if flusher != nil && len(wt.ch) == 0 {
+				flusher.Flush()
+			}
+		case <-bookmarks:
+			if pendingBookmark {
+				continue
+			}
+			at, ok := c.store.bookmark(wt)
+			if !ok {
+				continue
+			}
+			bm, err := encode(&blob{json: []byte(fmt.Sprintf(`{"kind":%q,"apiVersion":%q,"metadata":{"resourceVersion":"%d"}}`,
+				req.res.kind, req.res.apiVersion(), at))})
+			if err != nil || !write("BOOKMARK", bm) {
+				return
+			}
+			if flusher != nil {
 				flusher.Flush()
 			}
 		case <-r.Context().Done():

@@ -22,8 +22,10 @@
 //     /version); GET, LIST and WATCH with one resourceVersion counter per cluster (etcd's
 //     revision), label and metadata field selectors, watches that deliver exactly the changes
 //     after the resourceVersion they start from, 410 Expired (as an ERROR event) for one older
-//     than the last WatchHistory changes, initial ADDED events for resourceVersion "" or "0", and
-//     client-go's WatchList (sendInitialEvents, ended by the initial-events-end bookmark); CREATE
+//     than the last WatchHistory changes of its kind (kept per kind, as the watch cache does),
+//     initial ADDED events for resourceVersion "" or "0", client-go's WatchList
+//     (sendInitialEvents, ended by the initial-events-end bookmark; Cluster API's ClusterCache
+//     watches Nodes this way) and a bookmark a minute with allowWatchBookmarks; CREATE
 //     (generateName, the namespace must exist), UPDATE (optimistic concurrency; custom resources
 //     need a resourceVersion), PATCH (JSON merge, JSON patch, strategic merge with the real
 //     k8s.io/apimachinery implementation for built-in kinds, 415 for custom resources as the API
@@ -76,7 +78,8 @@
 // providerID, a missing namespace). It does not model: admission, defaulting and most
 // validation (the managers send valid objects; test/simnode runs the real API server for
 // that), RBAC, API priority and fairness, pagination (limit is ignored: whole lists are
-// answered, which servers may do), CBOR, the Node's image list (a real Node is several KiB larger), bookmarks during a watch, and etcd itself (no data
+// answered, which servers may do), CBOR, the Node's image list (a real Node is several KiB
+// larger), and etcd itself (no data
 // in etcd, no raft: members are healthy or not as told). What the managers cost is requests,
 // bytes, connections, TLS handshakes, watches and the churn they receive, and all of those are
 // real here: real sockets, real TLS with per-cluster CAs, real HTTP/2 and gRPC, real

@@ -54,9 +54,12 @@ type Options struct {
 	LeaseInterval time.Duration
 	// StatusInterval is how often a kubelet reports an unchanged Node status. Default 5 min.
 	StatusInterval time.Duration
-	// WatchHistory is how many recent changes each cluster keeps for watches that resume from
-	// an older resourceVersion; older ones get 410 Gone and relist. Default 16.
+	// WatchHistory is how many recent changes of each kind each cluster keeps for watches that
+	// resume from an older resourceVersion; older ones get 410 Gone and relist. Default 16.
 	WatchHistory int
+	// BookmarkInterval is how often a watch that allows bookmarks gets one. Default a minute,
+	// the API server's watch cache's bookmark frequency.
+	BookmarkInterval time.Duration
 }
 
 func (o *Options) defaults() {
@@ -77,6 +80,9 @@ func (o *Options) defaults() {
 	}
 	if o.WatchHistory == 0 {
 		o.WatchHistory = 16
+	}
+	if o.BookmarkInterval == 0 {
+		o.BookmarkInterval = time.Minute
 	}
 }
 

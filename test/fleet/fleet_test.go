@@ -199,7 +199,7 @@ func TestInformersSeeKubeletChurn(t *testing.T) {
 // list's resourceVersion gets exactly the changes after it; one from a compacted version gets
 // 410 Expired; sendInitialEvents ends its initial events with a bookmark.
 func TestWatchSemantics(t *testing.T) {
-	f := newFleet(t, 3, Options{LeaseInterval: time.Hour, StatusInterval: time.Hour, WatchHistory: 4})
+	f := newFleet(t, 3, Options{LeaseInterval: time.Hour, StatusInterval: time.Hour, WatchHistory: 4, BookmarkInterval: 50 * time.Millisecond})
 	c, err := f.Add(ClusterSpec{Name: "site-1"})
 	require.NoError(t, err)
 	cfg, err := c.RESTConfig()
@@ -250,6 +250,23 @@ func TestWatchSemantics(t *testing.T) {
 	require.Equal(t, watch.Error, ev.Type)
 	require.True(t, apierrors.IsResourceExpired(apierrors.FromObject(ev.Object)), "expected 410 Expired, got %v", ev.Object)
 	old.Stop()
+
+	// History is kept per kind: Lease churn does not expire a Secret watch's resourceVersion,
+	// and with bookmarks allowed the watch is told the current one.
+	secrets, err := cs.CoreV1().Secrets("default").List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	for i := range 6 {
+		_, err = cs.CoordinationV1().Leases("default").Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "l-" + strconv.Itoa(i)}}, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	sw, err := cs.CoreV1().Secrets("default").Watch(ctx, metav1.ListOptions{ResourceVersion: secrets.ResourceVersion, AllowWatchBookmarks: true})
+	require.NoError(t, err)
+	ev = next(t, sw)
+	require.Equal(t, watch.Bookmark, ev.Type)
+	current, err := cms.List(ctx, metav1.ListOptions{})
+	require.NoError(t, err)
+	require.Equal(t, current.ResourceVersion, ev.Object.(*corev1.Secret).ResourceVersion)
+	sw.Stop()
 
 	// WatchList: initial events, then the bookmark that ends them.
 	wl, err := cms.Watch(ctx, metav1.ListOptions{SendInitialEvents: ptrTo(true), AllowWatchBookmarks: true,

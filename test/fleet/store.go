@@ -81,17 +81,22 @@ type store struct {
 	rv       uint64
 	objs     map[objKey]*entry
 	watchers []*watcher
-	// history is a ring of the latest events; compacted is the resourceVersion up to which
-	// events may be missing from it: a watch from an older version gets 410 Gone and relists,
-	// as it would after the API server's watch cache moved past it.
-	history    []event
-	head       int
+	// history keeps the latest events of each resource (kind), as the API server's watch cache
+	// does per resource: a Lease renewal every 10 s does not push a Node watch's
+	// resourceVersion out of the Node history. compacted is, per resource, the version up to
+	// which events may be missing: a watch from an older version gets 410 Gone and relists.
+	history    map[uint8]*ring
 	historyCap int
-	compacted  uint64
+}
+
+type ring struct {
+	events    []event
+	head      int
+	compacted uint64
 }
 
 func newStore(historyCap int) *store {
-	return &store{objs: map[objKey]*entry{}, historyCap: historyCap}
+	return &store{objs: map[objKey]*entry{}, historyCap: historyCap, history: map[uint8]*ring{}}
 }
 
 // get returns the object under key, or nil. The caller must hold mu.
@@ -133,17 +138,22 @@ func (s *store) commit(typ eventType, k objKey, rv uint64, e *entry, data []byte
 }
 
 func (s *store) record(ev event) {
+	r := s.history[ev.key.res]
+	if r == nil {
+		r = &ring{}
+		s.history[ev.key.res] = r
+	}
 	if s.historyCap == 0 {
-		s.compacted = ev.rv
+		r.compacted = ev.rv
 		return
 	}
-	if len(s.history) < s.historyCap {
-		s.history = append(s.history, ev)
+	if len(r.events) < s.historyCap {
+		r.events = append(r.events, ev)
 		return
 	}
-	s.compacted = s.history[s.head].rv
-	s.history[s.head] = ev
-	s.head = (s.head + 1) % len(s.history)
+	r.compacted = r.events[r.head].rv
+	r.events[r.head] = ev
+	r.head = (r.head + 1) % len(r.events)
 }
 
 // matches says whether a watcher sees ev, and as which type: an object whose labels stop
@@ -203,12 +213,16 @@ func (s *store) watch(w *watcher, from uint64, initial bool) (uint64, int, error
 			}
 		}
 	} else {
-		if from < s.compacted {
-			return 0, 0, errGone{rv: from, compacted: s.compacted}
+		r := s.history[w.res]
+		if r == nil {
+			r = &ring{}
 		}
-		n := len(s.history)
+		if from < r.compacted {
+			return 0, 0, errGone{rv: from, compacted: r.compacted}
+		}
+		n := len(r.events)
 		for i := 0; i < n; i++ {
-			ev := s.history[(s.head+i)%n]
+			ev := r.events[(r.head+i)%n]
 			if ev.rv <= from {
 				continue
 			}
@@ -278,4 +292,16 @@ func (s *store) sortedKeys(res uint8, namespace string) []objKey {
 // which every kind supports.
 func keyFields(k objKey) fields.Set {
 	return fields.Set{"metadata.name": k.name, "metadata.namespace": k.namespace}
+}
+
+// bookmark returns the resourceVersion a watcher may be told it has seen everything up to: the
+// current one, when no event is queued for it (every event up to it was committed before and
+// has been taken from the channel).
+func (s *store) bookmark(w *watcher) (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if w.closed || len(w.ch) > 0 {
+		return 0, false
+	}
+	return s.rv, true
 }
