@@ -540,7 +540,7 @@ func toJSON(contentType string, body []byte, req request) ([]byte, error) {
 	switch {
 	case ct == "application/json" || ct == "" || len(body) == 0:
 		return body, nil
-	case ct == runtime.ContentTypeProtobuf && (req.res.typed != nil || len(body) > 0):
+	case ct == runtime.ContentTypeProtobuf:
 		obj, _, err := protobufDecoder.Decode(body, nil, nil)
 		if err != nil {
 			return nil, apierrors.NewBadRequest(fmt.Sprintf("decoding the protobuf body: %v", err))

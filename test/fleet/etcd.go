@@ -49,7 +49,6 @@ type member struct {
 	// leader 0, and every linearizable call fails with "no leader".
 	leaderless bool
 	alarms     []pb.AlarmType
-	removed    bool
 }
 
 type etcdServer struct {
@@ -96,12 +95,7 @@ func (s *etcdServer) member(ctx context.Context) (*Cluster, *member, error) {
 		return nil, nil, status.Errorf(codes.Unavailable, "no etcd member listens at %s", p.LocalAddr)
 	}
 	c.etcdCalls.Add(1)
-	m := c.member
-	if m.removed {
-		// A removed member stops serving (etcd exits once it learns it was removed).
-		return nil, nil, status.Error(codes.Unavailable, "etcdserver: the member has been permanently removed from the cluster")
-	}
-	return c, m, nil
+	return c, c.member, nil
 }
 
 func (m *member) header(c *Cluster) *pb.ResponseHeader {
