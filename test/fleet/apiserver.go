@@ -40,15 +40,16 @@ type Stats struct {
 	NoOpWrites   uint64 // writes answered 200 that changed nothing (no new resourceVersion)
 	Unauthorized uint64 // requests refused with 401
 	Protobuf     uint64 // answers (and watches) in protobuf rather than JSON
+	Handshakes   uint64 // TLS handshakes begun (one per client connection)
 }
 
 type stats struct {
-	reads, watches, writes, noOpWrites, unauthorized, protobuf atomic.Uint64
+	reads, watches, writes, noOpWrites, unauthorized, protobuf, handshakes atomic.Uint64
 }
 
 func (s *stats) snapshot() Stats {
 	return Stats{Reads: s.reads.Load(), Watches: s.watches.Load(), Writes: s.writes.Load(),
-		NoOpWrites: s.noOpWrites.Load(), Unauthorized: s.unauthorized.Load(), Protobuf: s.protobuf.Load()}
+		NoOpWrites: s.noOpWrites.Load(), Unauthorized: s.unauthorized.Load(), Protobuf: s.protobuf.Load(), Handshakes: s.handshakes.Load()}
 }
 
 // connAuth is the identity of one TLS connection, verified on its first request: a client

@@ -1,8 +1,9 @@
 // Package fleet simulates thousands of single-node Kairos workload clusters in one process, to
 // measure what kairos-capi's managers cost per cluster (issue 35). test/simnode stays the proof
 // of behaviour: there every cluster is a real etcd and kube-apiserver started from the documents
-// the providers render. Here a cluster costs about 60 KiB and a few milliseconds to start, so
-// one 2-core machine holds a fleet of thousands beside the managers under test.
+// the providers render. Here a cluster costs about 35 KiB of live heap (60 to 80 KiB of RSS)
+// and 1.3 ms to start (TestFleetOfAThousand prints both), so one 2-core machine holds a fleet
+// of thousands beside the managers under test.
 //
 // # What a simulated cluster is
 //
@@ -15,8 +16,9 @@
 //     only, like kube-apiserver's --client-ca-file: another cluster's certificate, or none, is
 //     answered 401 (apiserver.go, authenticate), as from an API server without anonymous
 //     authentication (k3s runs its API server with --anonymous-auth=false; with anonymous
-//     authentication on, a real server would refuse with 403 instead). There is no authorization (every authenticated
-//     user is an administrator): Cluster API's kubeconfigs are system:masters anyway.
+//     authentication on, a real server would refuse with 403 instead). There is no
+//     authorization (every authenticated user is an administrator): Cluster API's kubeconfigs
+//     are system:masters anyway.
 //   - An object store served as the Kubernetes REST API (store.go, objects.go, apiserver.go):
 //     discovery (/api, /apis, the group versions, the root path that the ClusterCache probes,
 //     /version); GET, LIST and WATCH with one resourceVersion counter per cluster (etcd's

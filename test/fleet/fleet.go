@@ -286,6 +286,11 @@ func (c *Cluster) start() error {
 			// Like kube-apiserver: ask for a certificate, verify it in the authenticator, and
 			// answer 401 rather than failing the handshake.
 			ClientAuth: tls.RequestClientCert,
+			// Counts handshakes; nil keeps this configuration.
+			GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+				c.stats.handshakes.Add(1)
+				return nil, nil
+			},
 		},
 		ConnContext:       connContext,
 		ReadHeaderTimeout: 30 * time.Second,

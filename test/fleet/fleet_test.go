@@ -322,6 +322,7 @@ func TestRefusesOtherCredentials(t *testing.T) {
 	_, err = cs.CoreV1().Nodes().List(t.Context(), metav1.ListOptions{})
 	require.True(t, apierrors.IsUnauthorized(err), "no certificate: %v", err)
 	require.Equal(t, uint64(2), a.Stats().Unauthorized)
+	require.Equal(t, uint64(2), a.Stats().Handshakes, "one connection per client")
 
 	// The server's certificate is a's: a client trusting b's CA refuses a's server.
 	wrongServer := rest.CopyConfig(bCfg)
