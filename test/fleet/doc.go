@@ -1,7 +1,7 @@
 // Package fleet simulates thousands of single-node Kairos workload clusters in one process, to
 // measure what kairos-capi's managers cost per cluster (issue 35). test/simnode stays the proof
 // of behaviour: there every cluster is a real etcd and kube-apiserver started from the documents
-// the providers render. Here a cluster costs about 35 KiB of live heap (60 to 80 KiB of RSS)
+// the providers render. Here a cluster costs about 35 KiB of live heap (60 to 90 KiB of RSS)
 // and 1.3 ms to start (TestFleetOfAThousand prints both), so one 2-core machine holds a fleet
 // of thousands beside the managers under test.
 //
