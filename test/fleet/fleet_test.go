@@ -22,8 +22,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"github.com/kairos-capi/kairos-capi/common/pki"
 	"github.com/kairos-capi/kairos-capi/test/simnode"
 )
 
@@ -349,4 +351,37 @@ func TestRefusesOtherCredentials(t *testing.T) {
 	raw, err := cs.Discovery().RESTClient().Get().AbsPath("/").DoRaw(context.Background())
 	require.NoError(t, err, "Cluster API's health probe")
 	require.True(t, json.Valid(raw))
+}
+
+// TestGivenCAs: a cluster serves with the CAs the management cluster holds (RSA, made by
+// kairos-capi's common/pki as <cluster>-ca and <cluster>-etcd), and a kubeconfig signed by that
+// CA the way Cluster API writes <cluster>-kubeconfig works against it.
+func TestGivenCAs(t *testing.T) {
+	f := newFleet(t, 7, Options{})
+	ca, err := pki.NewCA("kubernetes", pki.DefaultCAValidity)
+	require.NoError(t, err)
+	etcdCA, err := pki.NewCA("etcd-ca", pki.DefaultCAValidity)
+	require.NoError(t, err)
+	c, err := f.Add(ClusterSpec{Name: "site-1", CA: ca, EtcdCA: etcdCA})
+	require.NoError(t, err)
+	require.Equal(t, ca.Cert, c.CA().Cert)
+
+	admin, err := ca.SignClient("kubernetes-admin", []string{"system:masters"}, pki.DefaultCertValidity)
+	require.NoError(t, err)
+	kc, err := KubeconfigFor("site-1", "https://"+c.Endpoint(), ca.Cert, *admin)
+	require.NoError(t, err)
+	cfg, err := clientcmd.RESTConfigFromKubeConfig(kc)
+	require.NoError(t, err)
+	cs, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	n, err := cs.CoreV1().Nodes().Get(t.Context(), c.NodeName(), metav1.GetOptions{})
+	require.NoError(t, err)
+	require.Equal(t, c.ProviderID(), n.Spec.ProviderID)
+
+	etcdClientCert, err := etcdCA.SignClient("kairos-capi-controlplane", nil, pki.DefaultCertValidity)
+	require.NoError(t, err)
+	cl := etcdClient(t, c, etcdClientCert, *etcdCA, 2*time.Second)
+	st, err := cl.Status(t.Context(), c.EtcdEndpoint())
+	require.NoError(t, err)
+	require.Equal(t, c.EtcdMemberID(), st.Leader)
 }
