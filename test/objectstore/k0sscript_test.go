@@ -42,6 +42,12 @@ func k0sNode(t *testing.T, s *Store, accessKeyID, secretAccessKey string, retent
 	if err != nil {
 		t.Fatal(err)
 	}
+	return documentFiles(t, data)
+}
+
+// documentFiles returns the files a rendered document writes, by path.
+func documentFiles(t *testing.T, data []byte) map[string]cloudconfig.File {
+	t.Helper()
 	doc, err := cloudconfig.Unmarshal(data)
 	if err != nil {
 		t.Fatal(err)

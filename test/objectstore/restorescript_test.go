@@ -58,19 +58,7 @@ func restoreNodeOf(t *testing.T, d render.Distribution, s *Store, ca *pki.KeyPai
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc, err := cloudconfig.Unmarshal(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	files := map[string]cloudconfig.File{}
-	for _, steps := range doc.Stages {
-		for _, st := range steps {
-			for _, f := range st.Files {
-				files[f.Path] = f
-			}
-		}
-	}
-	return files
+	return documentFiles(t, data)
 }
 
 // restoringNode is a directory standing in for the controller's file system before k0s first

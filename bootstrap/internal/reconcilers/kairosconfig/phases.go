@@ -300,8 +300,6 @@ func (r *Reconciler) reconcileCredentials(ctx context.Context, s *scope) (ctrl.R
 	switch {
 	case isControlPlane && !initialized:
 		return r.reconcileInitCredentials(ctx, s)
-	case isControlPlane && restores(s.config):
-		return r.reconcileRestoreCredentials(ctx, s)
 	case !initialized:
 		s.wait(bootstrapv1.WaitingForControlPlaneInitializedReason, "waiting for the control plane of Cluster %s to be initialized", s.cluster.Name)
 		return ctrl.Result{}, nil
@@ -351,27 +349,12 @@ func restores(c *bootstrapv1.KairosConfig) bool {
 	return c.Spec.EtcdSnapshots != nil && c.Spec.EtcdSnapshots.Restore != ""
 }
 
-// reconcileRestoreCredentials gives a node that restores the cluster from a snapshot what the
-// node that created it had: the cluster's certificates and tokens, which the management
-// cluster kept when every node was lost. It creates the cluster again (Init) instead of
-// joining it, without the init lock: the control plane asks for a restore only when no other
-// control-plane Machine exists, and the cluster is initialized already.
-func (r *Reconciler) reconcileRestoreCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
-	pki, err := clustersecret.LookupPKI(ctx, r.Client, s.clusterKey())
-	if clustersecret.IsMissing(err) {
-		s.wait(bootstrapv1.WaitingForClusterCertificatesReason, "%v", err)
-		return ctrl.Result{RequeueAfter: waitRequeue}, nil
-	}
-	if err != nil {
-		return ctrl.Result{}, err
-	}
-	s.inputs.PKI, s.inputs.Init = pki, true
-	if s.config.Spec.Distribution == bootstrapv1.DistributionK3s {
-		return r.lookupK3sTokens(ctx, s)
-	}
-	return ctrl.Result{}, nil
-}
-
+// reconcileControlPlaneJoinCredentials gathers what a control-plane node of an initialized
+// cluster needs: the cluster's certificates, and the token that joins it. A node that restores
+// the cluster from an etcd snapshot gets what the node that created it had instead: it creates
+// the cluster again (Init) with the certificates and tokens the management cluster kept when
+// every node was lost, and no join token. No init lock: the control plane asks for a restore
+// only when no other control-plane Machine exists.
 func (r *Reconciler) reconcileControlPlaneJoinCredentials(ctx context.Context, s *scope) (ctrl.Result, error) {
 	pki, err := clustersecret.LookupPKI(ctx, r.Client, s.clusterKey())
 	if clustersecret.IsMissing(err) {
@@ -381,9 +364,12 @@ func (r *Reconciler) reconcileControlPlaneJoinCredentials(ctx context.Context, s
 	if err != nil {
 		return ctrl.Result{}, err
 	}
-	s.inputs.PKI = pki
+	s.inputs.PKI, s.inputs.Init = pki, restores(s.config)
 	if s.config.Spec.Distribution == bootstrapv1.DistributionK3s {
 		return r.lookupK3sTokens(ctx, s)
+	}
+	if s.inputs.Init {
+		return ctrl.Result{}, nil
 	}
 	return r.prepareK0sJoinToken(ctx, s, token.K0sControllerToken, pki.ClusterCA.Cert)
 }

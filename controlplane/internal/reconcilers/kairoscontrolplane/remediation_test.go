@@ -383,19 +383,7 @@ func TestRemediationReplacement(t *testing.T) {
 	f.machine("m3", time.Hour)
 	e := f.build()
 
-	run := func() *scope {
-		t.Helper()
-		s := e.scope(ctx)
-		for _, p := range []phases.Phase[*scope]{e.r.reconcilePreTerminateHooks, e.r.reconcileRemediation, e.r.reconcileReplicas} {
-			if _, err := p(ctx, s); err != nil {
-				t.Fatal(err)
-			}
-			if s.halted {
-				break
-			}
-		}
-		return s
-	}
+	run := func() *scope { t.Helper(); return e.runRemediationPhases(ctx) }
 
 	s := run()
 	if got := e.deletedMachines(); !slices.Equal(got, []string{"m2"}) {
@@ -653,19 +641,7 @@ func TestLastMachineReplacedByARestore(t *testing.T) {
 	f.machine("m1", time.Hour, unhealthy())
 	e := f.build()
 
-	run := func() *scope {
-		t.Helper()
-		s := e.scope(ctx)
-		for _, p := range []phases.Phase[*scope]{e.r.reconcilePreTerminateHooks, e.r.reconcileRemediation, e.r.reconcileReplicas} {
-			if _, err := p(ctx, s); err != nil {
-				t.Fatal(err)
-			}
-			if s.halted {
-				break
-			}
-		}
-		return s
-	}
+	run := func() *scope { t.Helper(); return e.runRemediationPhases(ctx) }
 
 	run()
 	if got := e.deletedMachines(); !slices.Equal(got, []string{"m1"}) {
@@ -726,4 +702,20 @@ func TestNoRestoreWithoutSnapshots(t *testing.T) {
 	if c := e.getConfig(created[0].Name); c.Spec.EtcdSnapshots != nil {
 		t.Errorf("the new Machine's KairosConfig has etcd snapshots: %+v", c.Spec.EtcdSnapshots)
 	}
+}
+
+// runRemediationPhases runs the phases a remediation goes through, as Reconcile does: the
+// pre-terminate hooks, remediation and replicas, until one halts.
+func (e *env) runRemediationPhases(ctx context.Context) *scope {
+	e.t.Helper()
+	s := e.scope(ctx)
+	for _, p := range []phases.Phase[*scope]{e.r.reconcilePreTerminateHooks, e.r.reconcileRemediation, e.r.reconcileReplicas} {
+		if _, err := p(ctx, s); err != nil {
+			e.t.Fatal(err)
+		}
+		if s.halted {
+			break
+		}
+	}
+	return s
 }
