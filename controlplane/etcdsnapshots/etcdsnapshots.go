@@ -183,14 +183,25 @@ func Parse(cluster, folder string, o Object) (Snapshot, bool) {
 		}
 	}
 	i := strings.LastIndexByte(rest, '-')
-	if i <= 0 {
+	t, ok := TimeOf(rest)
+	if i <= 0 || !ok {
 		return Snapshot{}, false
 	}
-	sec, err := strconv.ParseInt(rest[i+1:], 10, 64)
+	return Snapshot{Node: rest[:i], Name: name, Key: o.Key, Kind: kind, Time: t, Size: o.Size}, true
+}
+
+// TimeOf is when a snapshot was taken: the unix time that ends its name, before k0s' .tar.gz.
+func TimeOf(name string) (time.Time, bool) {
+	base := strings.TrimSuffix(name, ".tar.gz")
+	i := strings.LastIndexByte(base, '-')
+	if i < 0 {
+		return time.Time{}, false
+	}
+	sec, err := strconv.ParseInt(base[i+1:], 10, 64)
 	if err != nil || sec <= 0 {
-		return Snapshot{}, false
+		return time.Time{}, false
 	}
-	return Snapshot{Node: rest[:i], Name: name, Key: o.Key, Kind: kind, Time: time.Unix(sec, 0).UTC(), Size: o.Size}, true
+	return time.Unix(sec, 0).UTC(), true
 }
 
 // Newest returns the newest snapshot of each node among the objects that are snapshots of

@@ -100,3 +100,17 @@ func TestListPages(t *testing.T) {
 		t.Errorf("untrusted store: %v", err)
 	}
 }
+
+func TestTimeOf(t *testing.T) {
+	for name, want := range map[string]string{
+		"site-a-site-a-cp-x7k2p-1764403200":                    "2025-11-29T08:00:00Z",
+		"pre-upgrade-site-a-site-a-cp-x7k2p-1764403300.tar.gz": "2025-11-29T08:01:40Z",
+		"no-time": "",
+		"notime":  "",
+	} {
+		got, ok := TimeOf(name)
+		if ok != (want != "") || ok && got.Format(time.RFC3339) != want {
+			t.Errorf("TimeOf(%q) = %v %v, want %q", name, got, ok, want)
+		}
+	}
+}

@@ -2,8 +2,6 @@ package lifecycle
 
 import (
 	"fmt"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -21,6 +19,7 @@ import (
 
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/etcdsnapshots"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	infrav1 "github.com/kairos-capi/kairos-capi/test/infrastructure/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/test/objectstore"
@@ -104,25 +103,27 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 			folder := c.key.Namespace + "/" + c.key.Name // <prefix>/<namespace>/<cluster>, no prefix
 			var taken string
 			framework.Eventually(t, 3*time.Minute, func() error {
-				keys, err := store.Keys(restoreBucket)
-				if err != nil {
-					return err
-				}
-				for _, k := range keys {
-					if ts, ok := snapshotUnix(k); ok && strings.HasPrefix(k, folder+"/") && ts > written {
-						taken = k
+				snaps := storeSnapshots(t, store, c.key.Name, folder)
+				for _, s := range snaps {
+					if s.Time.Unix() > written {
+						taken = s.Key
 						return nil
 					}
 				}
-				return fmt.Errorf("no snapshot taken after the ConfigMap was written (%d) in %q", written, keys)
+				return fmt.Errorf("no snapshot taken after the ConfigMap was written (%d): %+v", written, snaps)
 			})
 			store.SetReadOnly(true)
 			if err := wl.Create(c.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "after-snapshot"}}); err != nil {
 				t.Fatal(err)
 			}
-			newest := newestSnapshot(t, store, folder)
-			if ts, _ := snapshotUnix(newest); ts <= written {
-				t.Fatalf("the newest snapshot %s is older than %s", newest, taken)
+			var newest etcdsnapshots.Snapshot
+			for _, s := range storeSnapshots(t, store, c.key.Name, folder) {
+				if s.Time.After(newest.Time) {
+					newest = s
+				}
+			}
+			if newest.Time.Unix() <= written {
+				t.Fatalf("the newest snapshot %s is older than %s", newest.Key, taken)
 			}
 
 			// The only VM is destroyed on the hypervisor.
@@ -149,9 +150,8 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 			})
 			t.Logf("%s: Machine %s replaced by %s, restored, %s after its VM was deleted", dist, gone.Name, replacement.Name, time.Since(start).Round(time.Second))
 			cond := conditions.Get(c.get(), controlplanev1.EtcdRestoredCondition)
-			name := newest[strings.LastIndexByte(newest, '/')+1:]
-			if !strings.HasPrefix(cond.Message, "Machine "+replacement.Name+" restored etcd snapshot "+name+" (taken ") {
-				t.Errorf("EtcdRestored says %q, want the newest snapshot %s", cond.Message, name)
+			if !strings.HasPrefix(cond.Message, "Machine "+replacement.Name+" restored etcd snapshot "+newest.Name+" (taken ") {
+				t.Errorf("EtcdRestored says %q, want the newest snapshot %s", cond.Message, newest.Name)
 			}
 			if now, err := c.Endpoint(c.ctx); err != nil || now != endpoint {
 				t.Errorf("the endpoint is %s (%v), was %s", now, err, endpoint)
@@ -187,33 +187,21 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 	}
 }
 
-var snapshotTimePattern = regexp.MustCompile(`-(\d+)(\.tar\.gz)?$`)
-
-// snapshotUnix reads the unix time that ends a snapshot's name.
-func snapshotUnix(key string) (int64, bool) {
-	m := snapshotTimePattern.FindStringSubmatch(key)
-	if m == nil {
-		return 0, false
-	}
-	ts, err := strconv.ParseInt(m[1], 10, 64)
-	return ts, err == nil
-}
-
-// newestSnapshot is the key of the newest snapshot under folder.
-func newestSnapshot(t *testing.T, s *objectstore.Store, folder string) string {
+// storeSnapshots reads the store's snapshots of a cluster as the control plane does
+// (controlplane/etcdsnapshots: their names, by cluster and node, with the time that ends them).
+func storeSnapshots(t *testing.T, s *objectstore.Store, cluster, folder string) []etcdsnapshots.Snapshot {
 	t.Helper()
 	keys, err := s.Keys(restoreBucket)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var newest string
-	var at int64
+	var out []etcdsnapshots.Snapshot
 	for _, k := range keys {
-		if ts, ok := snapshotUnix(k); ok && strings.HasPrefix(k, folder+"/") && !strings.Contains(k, "/.metadata/") && ts > at {
-			newest, at = k, ts
+		if snap, ok := etcdsnapshots.Parse(cluster, folder, etcdsnapshots.Object{Key: k}); ok {
+			out = append(out, snap)
 		}
 	}
-	return newest
+	return out
 }
 
 func machineList(ms []clusterv1.Machine) string {

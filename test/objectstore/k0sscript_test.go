@@ -77,24 +77,41 @@ func newNode(t *testing.T, files map[string]cloudconfig.File) *node {
 	root := t.TempDir()
 	n := &node{root: root, script: filepath.Join(root, render.EtcdSnapshotScript)}
 	bin := filepath.Join(root, "bin")
-	rewrite := strings.NewReplacer(
-		render.EtcdSnapshotConfigDir, filepath.Join(root, render.EtcdSnapshotConfigDir),
-		render.EtcdSnapshotDir, filepath.Join(root, render.EtcdSnapshotDir),
-		"PATH=/usr/local/sbin:", "PATH="+bin+":/usr/local/sbin:",
-	)
 	for _, path := range []string{render.EtcdSnapshotScript, render.EtcdSnapshotCurlConfig, render.EtcdSnapshotCA} {
-		f, ok := files[path]
-		if !ok {
+		if _, ok := files[path]; !ok {
 			t.Fatalf("the document writes no %s", path)
 		}
-		write(t, filepath.Join(root, path), rewrite.Replace(f.Content), os.FileMode(f.Permissions))
 	}
+	writeBelow(t, root, files, []string{render.EtcdSnapshotScript, render.EtcdSnapshotConfigDir})
 	write(t, filepath.Join(bin, "hostname"), "#!/bin/sh\necho site-a-cp-x7k2p\n", 0o755)
 	write(t, filepath.Join(bin, "date"), "#!/bin/sh\nf="+root+"/clock\nn=$(cat $f 2>/dev/null || echo 1764403200)\necho $((n+1)) > $f\necho $n\n", 0o755)
 	// k0s backup --save-path=<dir> writes k0s_backup_<timestamp>.tar.gz there.
 	write(t, filepath.Join(bin, "k0s"), "#!/bin/sh\n[ \"$1\" = backup ] || exit 2\ndir=${2#--save-path=}\n"+
 		"printf 'k0s backup archive %s\\n' \"$(cat "+root+"/clock)\" > \"$dir/k0s_backup_2025-11-29T08_00_00Z.tar.gz\"\n", 0o755)
 	return n
+}
+
+// writeBelow writes the files of the document at or under the given paths below root, with
+// what a script names pointed there: the snapshot folders, the distribution's data directories
+// and PATH (root/bin first, where the tests put their fakes). Nothing else of the rendered
+// content is changed.
+func writeBelow(t *testing.T, root string, files map[string]cloudconfig.File, paths []string) {
+	t.Helper()
+	rewrite := strings.NewReplacer(
+		render.EtcdSnapshotConfigDir, filepath.Join(root, render.EtcdSnapshotConfigDir),
+		render.EtcdSnapshotDir, filepath.Join(root, render.EtcdSnapshotDir),
+		"/var/lib/k0s", filepath.Join(root, "var/lib/k0s"),
+		"/var/lib/rancher/k3s", filepath.Join(root, "var/lib/rancher/k3s"),
+		"PATH=/usr/local/sbin:", "PATH="+filepath.Join(root, "bin")+":/usr/local/sbin:",
+	)
+	for path, f := range files {
+		for _, p := range paths {
+			if path == p || strings.HasPrefix(path, p+"/") {
+				write(t, filepath.Join(root, path), rewrite.Replace(f.Content), os.FileMode(f.Permissions))
+				break
+			}
+		}
+	}
 }
 
 func write(t *testing.T, path, content string, mode os.FileMode) {

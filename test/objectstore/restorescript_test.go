@@ -76,17 +76,7 @@ func newRestoringNode(t *testing.T, files map[string]cloudconfig.File) *restorin
 	root := t.TempDir()
 	n := &restoringNode{root: root, script: filepath.Join(root, render.EtcdRestoreScript)}
 	bin := filepath.Join(root, "bin")
-	rewrite := strings.NewReplacer(
-		render.EtcdSnapshotConfigDir, filepath.Join(root, render.EtcdSnapshotConfigDir),
-		render.EtcdSnapshotDir, filepath.Join(root, render.EtcdSnapshotDir),
-		"/var/lib/k0s", filepath.Join(root, "var/lib/k0s"),
-		"PATH=/usr/local/sbin:", "PATH="+bin+":/usr/local/sbin:",
-	)
-	for path, f := range files {
-		if path == render.EtcdRestoreScript || strings.HasPrefix(path, render.EtcdSnapshotConfigDir) || strings.HasPrefix(path, render.K0sPKIDir) {
-			write(t, filepath.Join(root, path), rewrite.Replace(f.Content), os.FileMode(f.Permissions))
-		}
-	}
+	writeBelow(t, root, files, []string{render.EtcdRestoreScript, render.EtcdSnapshotConfigDir, render.K0sPKIDir})
 	data := filepath.Join(root, "var/lib/k0s")
 	write(t, filepath.Join(bin, "k0s"), "#!/bin/sh\n[ \"$1\" = restore ] || exit 2\n"+
 		"case \"$2\" in --config-out=*) ;; *) exit 2 ;; esac\n"+
@@ -272,17 +262,7 @@ func TestRenderedK3sRestoreScript(t *testing.T) {
 	files := restoreNodeOf(t, render.K3s, s, ca)
 	root := t.TempDir()
 	bin := filepath.Join(root, "bin")
-	rewrite := strings.NewReplacer(
-		render.EtcdSnapshotConfigDir, filepath.Join(root, render.EtcdSnapshotConfigDir),
-		render.EtcdSnapshotDir, filepath.Join(root, render.EtcdSnapshotDir),
-		"/var/lib/rancher/k3s", filepath.Join(root, "var/lib/rancher/k3s"),
-		"PATH=/usr/local/sbin:", "PATH="+bin+":/usr/local/sbin:",
-	)
-	for path, f := range files {
-		if path == render.EtcdRestoreScript || strings.HasPrefix(path, render.EtcdSnapshotConfigDir) {
-			write(t, filepath.Join(root, path), rewrite.Replace(f.Content), os.FileMode(f.Permissions))
-		}
-	}
+	writeBelow(t, root, files, []string{render.EtcdRestoreScript, render.EtcdSnapshotConfigDir})
 	db := filepath.Join(root, "var/lib/rancher/k3s/server/db")
 	write(t, filepath.Join(bin, "k3s"), "#!/bin/sh\necho \"$*\" >>"+root+"/k3s.log\n"+
 		"[ \"$1 $2\" = 'server --cluster-reset' ] || exit 2\n"+

@@ -47,12 +47,12 @@
 // member. Node.Upgrade runs the document's before-upgrade stage first, as kairos-agent does (a
 // failing step aborts the upgrade only in strict mode). Node.Snapshots and LastSnapshotError
 // say what was taken or why not (a store that refuses the keys, another CA, no listener).
-// Restore (restore.go) is etcd's own (etcdutl): a k3s init server whose args carry
-// --cluster-reset --cluster-reset-restore-path=<name> downloads <name> from its bucket and
-// starts its member from it (a snapshot etcd refuses stops the node, RestoreFailed; a store it
-// cannot reach keeps it retrying with the reason); K0sRestore is `k0s restore <archive>` (the
-// node's k0s command runs it), not yet called by any document, as kairos-capi renders no k0s
-// restore step yet. RestoreEtcdSnapshot, EtcdKeys and K0sBackupEntries read snapshots back.
+// Restore (restore.go) is etcd's own (etcdutl): an init node whose document restores runs the
+// rendered restore drop-in before its etcd starts, whose `k3s server --cluster-reset
+// --cluster-reset-restore-path` and `k0s restore` are the node's own commands; the restored
+// node reports what it restored with its `kubectl apply` (the admin kubeconfig the simulated
+// server writes where k3s and k0s write theirs). RestoreEtcdSnapshot, EtcdKeys and
+// K0sBackupEntries read snapshots back.
 //
 // A Cluster is the simulated workload cluster, keyed by its endpoint. Its API server belongs to
 // the cluster, not to the node that started it: it keeps running when that node goes away and

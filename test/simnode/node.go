@@ -562,10 +562,6 @@ func (n *Node) bootInit(ctx context.Context, p *plan, name, installed string) er
 	if err := n.runEtcdRestore(ctx, p); err != nil {
 		return err
 	}
-	// k3s --cluster-reset --cluster-reset-restore-path: the member starts from a snapshot.
-	if err := n.k3sClusterReset(ctx, p, e); err != nil {
-		return err
-	}
 	c, err := n.reg.initCluster(ctx, n.spec.Endpoint, p, cp, e)
 	if err != nil {
 		var r *refusal

@@ -133,63 +133,20 @@ func K0sBackupEntries(archive io.Reader, snapshotPath string) ([]string, error) 
 	return names, nil
 }
 
-// ReasonRestoreFailed: the snapshot the document restores from cannot be restored (etcd's
-// restore refuses it: a corrupt file, not a snapshot); the node does not start its distribution.
-const ReasonRestoreFailed = "RestoreFailed"
-
 // k3sResetFlag is what k3s leaves in its db directory after a cluster reset, so that the reset
 // happens once (k3s pkg/etcd ResetFile, "reset-flag").
 const k3sResetFlag = "/var/lib/rancher/k3s/server/db/reset-flag"
 
-// k3sClusterReset does what `k3s server --cluster-reset --cluster-reset-restore-path=<name>`
-// does on the init server before its etcd starts (k3s pkg/etcd: Reset and the S3 download of
-// the restore path): with etcd-s3 it downloads <etcd-s3-folder>/<name> from the bucket into its
-// snapshot directory ("give only the filename name of the snapshot as the restore path",
-// docs.k3s.io/cli/etcd-snapshot), otherwise it reads <name> from there (or the absolute path),
-// moves an existing member data directory aside, and restores the snapshot with etcd's restore
-// as a one-member cluster of this server's member. Once (k3sResetFlag); real k3s then exits and
-// is started again, the simulation goes on starting as that second start would. Without a
-// restore path, --cluster-reset only resets membership, which a one-member cluster already is.
-//
-// A store that cannot be reached or refuses the keys fails the start with the reason, retried
-// as systemd restarts k3s; a snapshot etcd's restore refuses stops the node (RestoreFailed).
-func (n *Node) k3sClusterReset(ctx context.Context, p *plan, e *etcdServer) error {
-	if p.distribution != render.K3s || !p.flags.bool("cluster-reset") {
-		return nil
-	}
-	name := p.flags.value("cluster-reset-restore-path")
-	if name == "" {
-		return nil
-	}
-	if _, err := os.Stat(n.hostPath(k3sResetFlag)); err == nil {
-		return nil
-	}
-	cfg, err := n.k3sConfig(p)
-	if err != nil {
-		return refuse(ReasonBootstrapDataRefused, "%v", err)
-	}
-	if err := k3sResetFromSnapshot(ctx, n.root, cfg, name, filepath.Join(e.dir, "data"), e.name, e.peerURL()); err != nil {
-		var cerr corruptSnapshotError
-		if errors.As(err, &cerr) {
-			return refuse(ReasonRestoreFailed, "%v", err)
-		}
-		return retry(ReasonStartFailed, "%v", err)
-	}
-	n.reg.log.Info("k3s cluster reset from a snapshot", "providerID", n.spec.ProviderID, "snapshot", name)
-	return nil
-}
-
-// corruptSnapshotError: etcd's restore refused the snapshot.
-type corruptSnapshotError struct{ err error }
-
-func (c corruptSnapshotError) Error() string { return c.err.Error() }
-func (c corruptSnapshotError) Unwrap() error { return c.err }
-
-// k3sResetFromSnapshot is the cluster reset of k3sClusterReset below the node's root, for the
-// member of name and peerURL whose data directory is data: what the node's own `k3s server
-// --cluster-reset --cluster-reset-restore-path=<name>` runs (the rendered restore script calls
-// it before k3s first starts) and what the args of a document that carries those flags make the
-// simulated server do.
+// k3sResetFromSnapshot does what `k3s server --cluster-reset --cluster-reset-restore-path=<name>`
+// does on the init server before its etcd starts (k3s pkg/etcd: Reset and the S3 download of the
+// restore path), below the node's root, for the member of name and peerURL whose data directory
+// is data: with etcd-s3 it downloads <etcd-s3-folder>/<name> from the bucket ("give only the
+// filename name of the snapshot as the restore path", docs.k3s.io/cli/etcd-snapshot), otherwise
+// it reads <name> from the snapshot directory (or the absolute path), moves an existing member
+// data directory aside, restores the snapshot with etcd's restore as a one-member cluster, and
+// leaves k3sResetFlag. The node's own k3s command runs it (the rendered restore script calls it
+// before k3s first starts); a snapshot etcd's restore refuses fails it, and the script tries the
+// next one.
 func k3sResetFromSnapshot(ctx context.Context, root string, cfg k3sSnapshotConfig, name, data, member, peerURL string) error {
 	path := name
 	if !filepath.IsAbs(name) {
@@ -211,7 +168,7 @@ func k3sResetFromSnapshot(ctx context.Context, root string, cfg k3sSnapshotConfi
 		}
 	}
 	if err := RestoreEtcdSnapshot(local, data, member, peerURL); err != nil {
-		return corruptSnapshotError{fmt.Errorf("cluster reset: %w", err)}
+		return fmt.Errorf("cluster reset: %w", err)
 	}
 	reset := filepath.Join(root, k3sResetFlag)
 	if err := os.MkdirAll(filepath.Dir(reset), 0o700); err != nil {

@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/kairos-capi/kairos-capi/common/render"
+	"github.com/kairos-capi/kairos-capi/controlplane/etcdsnapshots"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	"github.com/kairos-capi/kairos-capi/test/objectstore"
 	"github.com/kairos-capi/kairos-capi/test/simnode"
@@ -230,17 +231,11 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	// objects, and the node reports which one it restored.
 	configMap("after-last-snapshot")
 	reg.StopCluster(w.endpointString())
-	var newestGood string
-	var newestTime int64
-	for _, k := range filterPrefix(storeKeys(t, store), folder+"/") {
-		m := regexp.MustCompile(`-(\d+)` + regexp.QuoteMeta(ext) + `$`).FindStringSubmatch(k)
-		if m == nil || strings.Contains(k, "sim-cp-9-") {
-			continue
-		}
-		if ts, _ := strconv.ParseInt(m[1], 10, 64); ts > newestTime {
-			newestGood, newestTime = k, ts
-		}
+	var objs []etcdsnapshots.Object
+	for _, k := range storeKeys(t, store) {
+		objs = append(objs, etcdsnapshots.Object{Key: k})
 	}
+	newestGood := etcdsnapshots.Newest("sim", folder, objs)["cp-0"].Key
 	corrupt := fmt.Sprintf("%s/sim-cp-0-%d%s", folder, time.Now().Unix()+3600, ext)
 	if _, err := store.Backend.PutObject(snapshotBucket, corrupt, nil, strings.NewReader("not a snapshot"), 14, nil); err != nil {
 		t.Fatal(err)

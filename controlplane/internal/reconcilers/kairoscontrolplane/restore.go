@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +20,7 @@ import (
 
 	"github.com/kairos-capi/kairos-capi/common/render"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/etcdsnapshots"
 )
 
 // etcdRestore is what the scope knows of a restore from an etcd snapshot (docs/backups.md).
@@ -89,21 +89,6 @@ func restoredPrefix(machine string) string {
 	return fmt.Sprintf("Machine %s restored etcd snapshot ", machine)
 }
 
-// snapshotTime is when a snapshot was taken: the unix time that ends every snapshot's name
-// (docs/backups.md, "Naming"), before k0s' .tar.gz.
-func snapshotTime(name string) (time.Time, bool) {
-	base := strings.TrimSuffix(name, ".tar.gz")
-	i := strings.LastIndexByte(base, '-')
-	if i < 0 {
-		return time.Time{}, false
-	}
-	sec, err := strconv.ParseInt(base[i+1:], 10, 64)
-	if err != nil {
-		return time.Time{}, false
-	}
-	return time.Unix(sec, 0).UTC(), true
-}
-
 // setEtcdRestoredCondition says what the last restore restored. Without a restoring Machine it
 // leaves the condition as it is: the record of the last restore, or absent.
 func setEtcdRestoredCondition(s *scope) {
@@ -117,7 +102,7 @@ func setEtcdRestoredCondition(s *scope) {
 			Message: fmt.Sprintf("Machine %s restores the newest etcd snapshot of the cluster before its node starts Kubernetes; if it stays here, the node's journal (the distribution's unit) says why", r.machine)})
 	default:
 		taken := "at an unknown time"
-		if t, ok := snapshotTime(r.snapshot); ok {
+		if t, ok := etcdsnapshots.TimeOf(r.snapshot); ok {
 			taken = "taken " + t.Format(time.RFC3339)
 		}
 		conditions.Set(s.kcp, metav1.Condition{Type: controlplanev1.EtcdRestoredCondition, Status: metav1.ConditionTrue,

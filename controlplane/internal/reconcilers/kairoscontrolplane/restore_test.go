@@ -99,17 +99,3 @@ func TestReconcileEtcdRestore(t *testing.T) {
 		})
 	}
 }
-
-func TestSnapshotTime(t *testing.T) {
-	for name, want := range map[string]string{
-		"site-a-site-a-cp-x7k2p-1764403200":                    "2025-11-29T08:00:00Z",
-		"pre-upgrade-site-a-site-a-cp-x7k2p-1764403300.tar.gz": "2025-11-29T08:01:40Z",
-		"no-time": "",
-		"notime":  "",
-	} {
-		got, ok := snapshotTime(name)
-		if ok != (want != "") || ok && got.Format(time.RFC3339) != want {
-			t.Errorf("snapshotTime(%q) = %v %v, want %q", name, got, ok, want)
-		}
-	}
-}
