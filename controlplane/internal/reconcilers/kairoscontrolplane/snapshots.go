@@ -41,6 +41,11 @@ type snapshotListing struct {
 type snapshotListings struct {
 	mu sync.Mutex
 	m  map[types.UID]snapshotListing
+	// swept is when put last dropped the listings no longer used: those of control planes that
+	// were deleted or turned snapshots off, which no reconcile asks for again. A fleet's manager
+	// runs for months while sites come and go; the map holds only the control planes listed
+	// within the last snapshotListInterval or so.
+	swept time.Time
 }
 
 // snapshotRetryInterval is how soon a listing that failed is tried again: a Secret created
@@ -67,6 +72,14 @@ func (c *snapshotListings) put(uid types.UID, l snapshotListing) {
 	defer c.mu.Unlock()
 	if c.m == nil {
 		c.m = map[types.UID]snapshotListing{}
+	}
+	if l.at.Sub(c.swept) >= snapshotListInterval {
+		for k, old := range c.m {
+			if l.at.Sub(old.at) >= old.interval() {
+				delete(c.m, k) // a live control plane's next reconcile lists its store again anyway
+			}
+		}
+		c.swept = l.at
 	}
 	c.m[uid] = l
 }

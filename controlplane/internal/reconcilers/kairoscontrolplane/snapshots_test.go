@@ -181,3 +181,27 @@ func TestSnapshotListingInterval(t *testing.T) {
 		t.Error("a good listing is kept past snapshotListInterval")
 	}
 }
+
+// The listings of control planes that are gone (deleted, or snapshots turned off) are dropped:
+// no reconcile asks for them again, and a long-lived manager of a changing fleet must not keep
+// one per control plane it ever saw.
+func TestSnapshotListingsForgetWhatNoOneAsksFor(t *testing.T) {
+	var c snapshotListings
+	now := time.Now()
+	c.put("deleted", snapshotListing{at: now})
+	c.put("failed", snapshotListing{at: now, err: fmt.Errorf("the store is unreachable")})
+	later := now.Add(snapshotListInterval)
+	c.put("live", snapshotListing{at: later})
+	if len(c.m) != 1 {
+		t.Errorf("after %s the listings of %d control planes are kept, want only the live one's: %v", snapshotListInterval, len(c.m), c.m)
+	}
+	if _, fresh := c.get("live", later); !fresh {
+		t.Error("the listing just put is not fresh")
+	}
+	// A listing still in use is kept by the next sweep.
+	c.put("other", snapshotListing{at: later.Add(snapshotListInterval - time.Second)})
+	c.put("next", snapshotListing{at: later.Add(snapshotListInterval)})
+	if _, ok := c.m["other"]; !ok {
+		t.Error("a listing put less than its interval ago was dropped")
+	}
+}
