@@ -47,6 +47,9 @@ type Cluster struct {
 	// agent token; k3sEtcd tells whether the cluster runs embedded etcd (--cluster-init).
 	k3sPasswd k3sPasswd
 	k3sEtcd   bool
+	// k3sBootstrapKey is the etcd key of the init server's bootstrap data (k3sBootstrapKey of
+	// its token).
+	k3sBootstrapKey string
 	// k3sCCM tells whether the servers run k3s' embedded cloud controller, which gives every
 	// Node of the cluster, servers' and agents', the provider ID k3s://<node name>.
 	k3sCCM bool
@@ -190,6 +193,7 @@ func (r *Registry) startCluster(ctx context.Context, endpoint string, p *plan, c
 			return nil, err
 		}
 		c.k3sPasswd, c.k3sEtcd = newK3sPasswd(t, agent), p.flags.bool("cluster-init")
+		c.k3sBootstrapKey = k3sBootstrapKey(t)
 		c.k3sCCM = !p.flags.bool("disable-cloud-controller")
 	}
 	if err := c.start(ctx, host, port, init); err != nil {
@@ -264,6 +268,11 @@ func (c *Cluster) start(ctx context.Context, host string, port int, init *etcdSe
 	var err error
 	if c.etcdLB, err = newEtcdBalancer(c.memberServers); err != nil {
 		return err
+	}
+	if c.k3sEtcd {
+		if err := c.k3sSaveBootstrap(ctx); err != nil {
+			return err
+		}
 	}
 	etcdURL := "https://" + c.etcdLB.addr()
 	c.apiserver, err = startProcess(c.dir, "kube-apiserver", filepath.Join(assets, "kube-apiserver"), []string{
@@ -611,6 +620,39 @@ func (c *Cluster) k0sJoinAPI(ctx context.Context, t bootstrapToken) error {
 
 func errUnauthorized(why string) error {
 	return fmt.Errorf("join API answered 401 Unauthorized (%s)", why)
+}
+
+// k3sSaveBootstrap does what a k3s server with embedded etcd does once its etcd serves, before
+// its API server starts: it keeps the cluster's bootstrap data in etcd under its token's key, or
+// finds it there (a restart, a restored snapshot of this cluster), and refuses to start on
+// bootstrap data of another token (a restored snapshot of another cluster). What the key holds
+// is not modelled (k3s: the CAs and keys, encrypted with the token's passphrase); the key is
+// what tells the tokens apart.
+func (c *Cluster) k3sSaveBootstrap(ctx context.Context) error {
+	cli, err := c.etcdClient()
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	resp, err := cli.Get(rctx, k3sBootstrapPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return fmt.Errorf("reading k3s' bootstrap data from etcd: %w", err)
+	}
+	var keys []string
+	for _, kv := range resp.Kvs {
+		keys = append(keys, string(kv.Key))
+	}
+	if err := checkK3sBootstrapKeys(keys, c.k3sBootstrapKey); err != nil {
+		return refuse(ReasonBootstrapDataRefused, "k3s: %v", err)
+	}
+	if len(keys) > 0 {
+		return nil
+	}
+	if _, err := cli.Put(rctx, c.k3sBootstrapKey, "bootstrap data of the simulated cluster, encrypted with the token's passphrase in k3s"); err != nil {
+		return fmt.Errorf("saving k3s' bootstrap data to etcd: %w", err)
+	}
+	return nil
 }
 
 // k3sValidateToken is what a joining k3s node does before it authenticates: parse its secure

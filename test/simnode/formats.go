@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"regexp"
@@ -184,6 +185,49 @@ func k3sPasswdEntry(user, value string) string {
 		return value[i+len(prefix):]
 	}
 	return value
+}
+
+// k3sBootstrapKey is the etcd key under which a k3s server with embedded etcd keeps its
+// bootstrap data (CAs, service-account keys, the passwd file), encrypted with the token's
+// passphrase: /bootstrap/ and the first 12 hex digits of the passphrase's SHA-256 (k3s
+// pkg/cluster/encrypt.go, storageKey and keyHash). The passphrase of a secure-format token is
+// its password part (k3s normalizes the token before hashing: util.NormalizeToken); any other
+// value is used whole.
+func k3sBootstrapKey(token string) string {
+	passphrase := strings.TrimSpace(token)
+	if t, err := parseK3sToken(passphrase); err == nil {
+		passphrase = t.password
+	}
+	sum := sha256.Sum256([]byte(passphrase))
+	return k3sBootstrapPrefix + hex.EncodeToString(sum[:])[:12]
+}
+
+const k3sBootstrapPrefix = "/bootstrap/"
+
+// errK3sBootstrapToken is what k3s says when the etcd it starts on holds bootstrap data of
+// another token (a snapshot of another cluster restored, or a server given another token):
+// it cannot decrypt the cluster's CAs, and does not start (k3s pkg/cluster/bootstrap.go; seen in
+// k3s-io/k3s#4640 and rancher/rke2#2410, where a restore on new hosts without the old token
+// fails this way).
+var errK3sBootstrapToken = errors.New("bootstrap data already found and encrypted with different token")
+
+// checkK3sBootstrapKeys checks the /bootstrap/ keys of an etcd keyspace against want, the
+// token's (k3sBootstrapKey): none (a new cluster, where k3s then writes its own) or want pass.
+func checkK3sBootstrapKeys(keys []string, want string) error {
+	found := false
+	for _, k := range keys {
+		if !strings.HasPrefix(k, k3sBootstrapPrefix) {
+			continue
+		}
+		if k == want {
+			return nil
+		}
+		found = true
+	}
+	if found {
+		return errK3sBootstrapToken
+	}
+	return nil
 }
 
 // redactToken keeps a token's first characters for messages.

@@ -144,10 +144,11 @@ const k3sResetFlag = "/var/lib/rancher/k3s/server/db/reset-flag"
 // filename name of the snapshot as the restore path", docs.k3s.io/cli/etcd-snapshot), otherwise
 // it reads <name> from the snapshot directory (or the absolute path), moves an existing member
 // data directory aside, restores the snapshot with etcd's restore as a one-member cluster, and
-// leaves k3sResetFlag. The node's own k3s command runs it (the rendered restore script calls it
-// before k3s first starts); a snapshot etcd's restore refuses fails it, and the script tries the
-// next one.
-func k3sResetFromSnapshot(ctx context.Context, root string, cfg k3sSnapshotConfig, name, data, member, peerURL string) error {
+// leaves k3sResetFlag. Like k3s, it fails on a snapshot whose bootstrap data was saved with
+// another token (a snapshot of another cluster: checkK3sBootstrapKeys), and then removes what it
+// restored. The node's own k3s command runs it (the rendered restore script calls it before k3s
+// first starts); a snapshot etcd's restore refuses fails it, and the script tries the next one.
+func k3sResetFromSnapshot(ctx context.Context, root string, cfg k3sSnapshotConfig, name, token, data, member, peerURL string) error {
 	path := name
 	if !filepath.IsAbs(name) {
 		path = filepath.Join(k3sSnapshotDir, name)
@@ -169,6 +170,15 @@ func k3sResetFromSnapshot(ctx context.Context, root string, cfg k3sSnapshotConfi
 	}
 	if err := RestoreEtcdSnapshot(local, data, member, peerURL); err != nil {
 		return fmt.Errorf("cluster reset: %w", err)
+	}
+	// k3s reads its bootstrap data from the restored etcd before it reports the reset done.
+	keys, err := EtcdKeys(data)
+	if err == nil {
+		err = checkK3sBootstrapKeys(keys, k3sBootstrapKey(token))
+	}
+	if err != nil {
+		_ = os.RemoveAll(data)
+		return fmt.Errorf("cluster reset from %s: %w", name, err)
 	}
 	reset := filepath.Join(root, k3sResetFlag)
 	if err := os.MkdirAll(filepath.Dir(reset), 0o700); err != nil {

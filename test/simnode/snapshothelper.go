@@ -259,7 +259,11 @@ func k3sCommand(root, endpoint, node string, args []string) error {
 		if err != nil {
 			return err
 		}
-		return k3sResetFromSnapshot(context.Background(), root, cfg, name, os.Getenv(helperDataEnv), os.Getenv(helperNameEnv), os.Getenv(helperPeerEnv))
+		token, err := k3sRestoreToken(root, cfg, args[1:])
+		if err != nil {
+			return err
+		}
+		return k3sResetFromSnapshot(context.Background(), root, cfg, name, token, os.Getenv(helperDataEnv), os.Getenv(helperNameEnv), os.Getenv(helperPeerEnv))
 	}
 	if len(args) < 2 || args[0] != "etcd-snapshot" {
 		return usageError{"the simulated k3s runs only `etcd-snapshot save|prune` and `server --cluster-reset`"}
@@ -298,6 +302,48 @@ func k3sCommand(root, endpoint, node string, args []string) error {
 	default:
 		return usageError{"the simulated k3s runs only `etcd-snapshot save|prune`"}
 	}
+}
+
+// k3sRestoreToken is the token a k3s server restoring a snapshot uses to decrypt the snapshot's
+// bootstrap data: --token, --token-file (flags, then config files), else the token file of an
+// earlier start, <data-dir>/server/token. Without any, k3s refuses to restore (k3s
+// pkg/cli/server/server.go: "<data-dir>/server/token does not exist, please pass --token to
+// complete the restoration"), as on a new host. Paths in args are mapped below root already
+// (runScriptCommand); those of the config files are the node's.
+func k3sRestoreToken(root string, cfg k3sSnapshotConfig, args []string) (string, error) {
+	onHost := func(p string) string {
+		if p == "" {
+			return ""
+		}
+		return filepath.Join(root, p)
+	}
+	token, file, dataDir := cfg.Token, onHost(cfg.TokenFile), onHost(cfg.DataDir)
+	if v, ok := flagValue(args, "token"); ok {
+		token = v
+	}
+	if v, ok := flagValue(args, "token-file"); ok {
+		file = v
+	}
+	if v, ok := flagValue(args, "data-dir"); ok {
+		dataDir = v
+	}
+	if token != "" {
+		return token, nil
+	}
+	if dataDir == "" {
+		dataDir = onHost("/var/lib/rancher/k3s")
+	}
+	if file == "" {
+		file = filepath.Join(dataDir, "server", "token")
+		if _, err := os.Stat(file); os.IsNotExist(err) {
+			return "", errors.New(strings.TrimPrefix(file, root) + " does not exist, please pass --token to complete the restoration")
+		}
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("reading the token file: %w", err)
+	}
+	return strings.TrimSpace(string(b)), nil
 }
 
 // k3sConfigOf reads the snapshot settings of the node's k3s config files, in k3s' order.

@@ -184,8 +184,11 @@ func saveEtcdSnapshot(ctx context.Context, a etcdAccess, path string) error {
 }
 
 // k3sSnapshotConfig is what k3s reads from its config files for snapshots (the keys are its
-// flags, docs.k3s.io/cli/etcd-snapshot).
+// flags, docs.k3s.io/cli/etcd-snapshot), and for a restore the token and data directory.
 type k3sSnapshotConfig struct {
+	Token      string `yaml:"token"`
+	TokenFile  string `yaml:"token-file"`
+	DataDir    string `yaml:"data-dir"`
 	Schedule   string `yaml:"etcd-snapshot-schedule-cron"`
 	Retention  *int   `yaml:"etcd-snapshot-retention"`
 	Name       string `yaml:"etcd-snapshot-name"`

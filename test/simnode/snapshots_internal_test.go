@@ -100,3 +100,72 @@ func TestRestoreRefusesCorruptSnapshots(t *testing.T) {
 		t.Errorf("a k0s archive that is not gzip: %v", err)
 	}
 }
+
+// k3s keeps its bootstrap data under /bootstrap/ and the first 12 hex digits of the SHA-256 of
+// the token's passphrase (the password of a secure token); etcd data holding another token's
+// key is refused, data without any is a new cluster's.
+func TestK3sBootstrapKey(t *testing.T) {
+	const secure = "K10" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef" + "::server:abc"
+	// sha256("abc") = ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad
+	if got := k3sBootstrapKey(secure); got != "/bootstrap/ba7816bf8f01" {
+		t.Errorf("the key of a secure token is %s, want the hash of its password", got)
+	}
+	if got := k3sBootstrapKey("abc\n"); got != "/bootstrap/ba7816bf8f01" {
+		t.Errorf("the key of a short token is %s", got)
+	}
+	mine := k3sBootstrapKey(secure)
+	for _, tc := range []struct {
+		keys []string
+		err  error
+	}{
+		{nil, nil},
+		{[]string{"/registry/configmaps/default/x"}, nil},
+		{[]string{"/registry/configmaps/default/x", mine}, nil},
+		{[]string{k3sBootstrapKey("another-token")}, errK3sBootstrapToken},
+	} {
+		if err := checkK3sBootstrapKeys(tc.keys, mine); err != tc.err {
+			t.Errorf("keys %q: %v, want %v", tc.keys, err, tc.err)
+		}
+	}
+}
+
+// A restore needs the token: from the flags, the config files, or the token file of an earlier
+// start; on a new host without any, k3s refuses with its own message.
+func TestK3sRestoreToken(t *testing.T) {
+	root := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(root, "etc/rancher/k3s"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "etc/rancher/k3s/token"), []byte("from-file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		cfg  k3sSnapshotConfig
+		args []string
+		want string
+	}{
+		{"flag", k3sSnapshotConfig{}, []string{"--token=from-flag"}, "from-flag"},
+		{"token file flag", k3sSnapshotConfig{Token: "from-config"}, []string{"--token-file", filepath.Join(root, "etc/rancher/k3s/token")}, "from-config"},
+		{"token file flag only", k3sSnapshotConfig{}, []string{"--token-file=" + filepath.Join(root, "etc/rancher/k3s/token")}, "from-file"},
+		{"config", k3sSnapshotConfig{TokenFile: "/etc/rancher/k3s/token"}, nil, "from-file"},
+	} {
+		got, err := k3sRestoreToken(root, tc.cfg, tc.args)
+		if err != nil || got != tc.want {
+			t.Errorf("%s: %q, %v; want %q", tc.name, got, err, tc.want)
+		}
+	}
+	if _, err := k3sRestoreToken(root, k3sSnapshotConfig{}, []string{"--cluster-init"}); err == nil ||
+		err.Error() != "/var/lib/rancher/k3s/server/token does not exist, please pass --token to complete the restoration" {
+		t.Errorf("without a token: %v", err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "data/server"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "data/server/token"), []byte("earlier-start"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := k3sRestoreToken(root, k3sSnapshotConfig{}, []string{"--data-dir=" + filepath.Join(root, "data")}); err != nil || got != "earlier-start" {
+		t.Errorf("the token file of an earlier start: %q, %v", got, err)
+	}
+}

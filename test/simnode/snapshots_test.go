@@ -226,8 +226,8 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	// The cluster is lost: its only node and its API server are gone, as when the VM is
 	// destroyed. A replacement with the same endpoint, PKI, tokens and snapshot settings whose
 	// document restores (render.EtcdSnapshots.Restore) runs the rendered restore before its
-	// distribution starts: it skips a corrupt snapshot that names a later time and restores the
-	// newest good one with etcd's own restore; the cluster then serves exactly that snapshot's
+	// distribution starts: it skips a corrupt snapshot that names a later time (and on k3s one
+	// of another cluster) and restores the newest good one with etcd's own restore; the cluster then serves exactly that snapshot's
 	// objects, and the node reports which one it restored.
 	configMap("after-last-snapshot")
 	reg.StopCluster(w.endpointString())
@@ -239,6 +239,24 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	corrupt := fmt.Sprintf("%s/sim-cp-0-%d%s", folder, time.Now().Unix()+3600, ext)
 	if _, err := store.Backend.PutObject(snapshotBucket, corrupt, nil, strings.NewReader("not a snapshot"), 14, nil); err != nil {
 		t.Fatal(err)
+	}
+	if dist == render.K3s {
+		// A snapshot of another cluster (the node with the wrong secret kept its scheduled
+		// snapshots locally), named as this node's and newer than its good ones: k3s cannot
+		// decrypt its bootstrap data with this cluster's token and refuses it.
+		dir := filepath.Join(badCP.Root(), "var/lib/rancher/k3s/server/db/snapshots")
+		entries, err := os.ReadDir(dir)
+		if err != nil || len(entries) == 0 {
+			t.Fatalf("the other cluster's node kept no local snapshot (%v)", err)
+		}
+		foreign, err := os.ReadFile(filepath.Join(dir, entries[0].Name()))
+		if err != nil {
+			t.Fatal(err)
+		}
+		key := fmt.Sprintf("%s/sim-cp-0-%d", folder, time.Now().Unix()+1800)
+		if _, err := store.Backend.PutObject(snapshotBucket, key, nil, bytes.NewReader(foreign), int64(len(foreign)), nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	settings := snapshotSettings(store, folder, store.SecretAccessKey)
 	settings.Restore = true
