@@ -177,8 +177,12 @@ IN_PLACE ?=
 INFRA ?=
 
 .PHONY: sandbox
-sandbox: ## Run Cluster API, both providers and simulated Kairos machines locally, with a demo cluster (Ctrl-C stops it; IN_PLACE=1: in-place updates; INFRA=vsphere: through CAPV on vcsim, as root).
-	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go build -o $(BIN)/sandbox ./cmd/sandbox && exec $(BIN)/sandbox $(SANDBOX_ARGS) $(if $(filter 1 true yes,$(IN_PLACE)),-in-place) $(if $(INFRA),-infra $(INFRA))
+sandbox: ## Run Cluster API, both providers and simulated Kairos machines locally, with a demo cluster (Ctrl-C stops it; IN_PLACE=1: in-place updates; RESTORE=1: etcd snapshots and a restore; INFRA=vsphere: through CAPV on vcsim, as root).
+	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go build -o $(BIN)/sandbox ./cmd/sandbox && exec $(BIN)/sandbox $(SANDBOX_ARGS) $(if $(filter 1 true yes,$(IN_PLACE)),-in-place) $(if $(filter 1 true yes,$(RESTORE)),-restore) $(if $(INFRA),-infra $(INFRA))
+
+.PHONY: sandbox-restore
+sandbox-restore: ## The sandbox on one control-plane node without workers, with etcd snapshots; once ready, its VM is destroyed and the cluster restored (Ctrl-C stops it).
+	$(MAKE) --no-print-directory sandbox RESTORE=1 SANDBOX_ARGS="$(SANDBOX_ARGS) -workers 0"
 
 .PHONY: sandbox-in-place
 sandbox-in-place: ## The sandbox on one control-plane node without workers, upgraded in place to v1.37.0 once ready (Ctrl-C stops it).

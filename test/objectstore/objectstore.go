@@ -97,14 +97,25 @@ func (s *Store) SetReadOnly(ro bool) { s.readOnly.Store(ro) }
 // Start starts a store and stops it when the test ends.
 func Start(tb testing.TB, opts Options) *Store {
 	tb.Helper()
+	s, err := New(opts)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(s.Close)
+	return s
+}
+
+// New starts a store; Close stops it. Tests use Start; the sandbox (make sandbox RESTORE=1)
+// runs one for the length of its demonstration.
+func New(opts Options) (*Store, error) {
 	if len(opts.Buckets) == 0 {
 		opts.Buckets = []string{"snapshots"}
 	}
 	if opts.AccessKeyID == "" {
-		opts.AccessKeyID = "AKIA" + strings.ToUpper(randomHex(tb, 8))
+		opts.AccessKeyID = "AKIA" + strings.ToUpper(randomHex(8))
 	}
 	if opts.SecretAccessKey == "" {
-		opts.SecretAccessKey = randomHex(tb, 20)
+		opts.SecretAccessKey = randomHex(20)
 	}
 	if opts.Region == "" {
 		opts.Region = "us-east-1"
@@ -112,7 +123,7 @@ func Start(tb testing.TB, opts Options) *Store {
 	backend := s3mem.New()
 	for _, b := range opts.Buckets {
 		if err := backend.CreateBucket(b); err != nil {
-			tb.Fatalf("creating bucket %s: %v", b, err)
+			return nil, fmt.Errorf("creating bucket %s: %w", b, err)
 		}
 	}
 	s := &Store{
@@ -122,7 +133,7 @@ func Start(tb testing.TB, opts Options) *Store {
 	faker := gofakes3.New(backend, gofakes3.WithAutoBucket(false))
 	caPEM, serverCert, err := newTLS()
 	if err != nil {
-		tb.Fatalf("creating the store's TLS certificates: %v", err)
+		return nil, fmt.Errorf("creating the store's TLS certificates: %w", err)
 	}
 	s.CAPEM = caPEM
 	s.CAPool = x509.NewCertPool()
@@ -131,12 +142,14 @@ func Start(tb testing.TB, opts Options) *Store {
 	s.server = httptest.NewUnstartedServer(s.sigV4(faker.Server()))
 	s.server.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, MinVersion: tls.VersionTLS12}
 	s.server.StartTLS()
-	tb.Cleanup(s.server.Close)
 	s.URL = s.server.URL
 	u, _ := url.Parse(s.URL)
 	s.Endpoint = u.Host
-	return s
+	return s, nil
 }
+
+// Close stops the store.
+func (s *Store) Close() { s.server.Close() }
 
 // Refused is how many requests the verifier refused so far.
 func (s *Store) Refused() int64 { return s.refused.Load() }
@@ -146,11 +159,9 @@ func (s *Store) Client() *http.Client {
 	return &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: s.CAPool, MinVersion: tls.VersionTLS12}}}
 }
 
-func randomHex(tb testing.TB, n int) string {
+func randomHex(n int) string {
 	b := make([]byte, n)
-	if _, err := rand.Read(b); err != nil {
-		tb.Fatal(err)
-	}
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24)
 	return hex.EncodeToString(b)
 }
 

@@ -8,6 +8,7 @@
 //
 //	make sandbox                                      # flags: SANDBOX_ARGS="-cluster NAME -workers N"
 //	make sandbox IN_PLACE=1                           # the same with -in-place
+//	make sandbox-restore                              # one node, etcd snapshots, a restore (-restore)
 //
 // With -in-place, Cluster API runs with its RuntimeSDK and InPlaceUpdates feature gates, and the
 // Kairos in-place update extension (served by the control-plane provider) is registered through
@@ -81,8 +82,10 @@ func main() {
 	infra := flag.String("infra", "sim", "infrastructure of the demo cluster: sim (simulated machines) or vsphere (the vSphere flavor through CAPV's own manager on a simulated vCenter, vcsim; needs root)")
 	inPlace := flag.Bool("in-place", false, "run Cluster API with the RuntimeSDK and InPlaceUpdates feature gates and register the Kairos in-place update extension "+
 		"for namespaces labelled "+harness.InPlaceNamespaceLabel+"=true (the cluster's namespace, default, is labelled)")
+	restore := flag.Bool("restore", false, "give the control plane etcd snapshots every minute to an S3 object store the sandbox runs, and once the cluster is ready "+
+		"demonstrate a restore: a ConfigMap written, the next snapshot taken, the control-plane VM destroyed, the ConfigMap read back from the restored cluster (-infra sim)")
 	flag.Usage = func() {
-		fmt.Fprintf(flag.CommandLine.Output(), "Usage: sandbox [-cluster NAME] [-workers N] [-in-place] [-infra sim|vsphere]   (make sandbox SANDBOX_ARGS=... IN_PLACE=1 INFRA=vsphere)\n")
+		fmt.Fprintf(flag.CommandLine.Output(), "Usage: sandbox [-cluster NAME] [-workers N] [-in-place] [-restore] [-infra sim|vsphere]   (make sandbox SANDBOX_ARGS=... IN_PLACE=1 RESTORE=1 INFRA=vsphere)\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -98,12 +101,16 @@ func main() {
 		fmt.Fprintf(os.Stderr, "sandbox: -infra %q: use sim or vsphere\n", *infra)
 		os.Exit(2)
 	}
+	if *restore && *infra != infraSim {
+		fmt.Fprintln(os.Stderr, "sandbox: -restore runs on the simulated infrastructure (-infra sim)")
+		os.Exit(2)
+	}
 	if os.Getenv(sandboxChildEnv) == "" {
 		if code, guarded := guard(); guarded {
 			os.Exit(code)
 		}
 	}
-	if err := run(*name, *workers, *inPlace, *infra); err != nil {
+	if err := run(*name, *workers, *inPlace, *restore, *infra); err != nil {
 		fmt.Fprintln(os.Stderr, "sandbox:", err)
 		os.Exit(1)
 	}
@@ -117,7 +124,7 @@ const (
 	infraVSphere = "vsphere"
 )
 
-func run(clusterName string, workers int64, inPlace bool, infra string) (reterr error) {
+func run(clusterName string, workers int64, inPlace, restore bool, infra string) (reterr error) {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	// Output piped into a pager that quits must stop the sandbox cleanly, not kill it with
@@ -332,7 +339,19 @@ func run(clusterName string, workers int64, inPlace bool, infra string) (reterr 
 	if err != nil {
 		return fmt.Errorf("generating the cluster: %w", err)
 	}
-	for _, obj := range tmpl.Objs() {
+	objs := tmpl.Objs()
+	var demo *restoreDemo
+	if restore {
+		if demo, err = startRestoreDemo(); err != nil {
+			return err
+		}
+		defer demo.stop()
+		say("Restore: etcd snapshots every minute to s3://%s at %s (an object store in this process), credentials in Secret %s", restoreBucket, demo.store.Endpoint, restoreSecret)
+		if objs, err = demo.withSnapshots(objs, metav1.NamespaceDefault); err != nil {
+			return err
+		}
+	}
+	for _, obj := range objs {
 		o := obj.DeepCopy()
 		if err := h.Client.Create(ctx, o); err != nil {
 			return fmt.Errorf("creating %s %s: %w", o.GetKind(), o.GetName(), err)
@@ -357,6 +376,16 @@ func run(clusterName string, workers int64, inPlace bool, infra string) (reterr 
 
 	if inPlace {
 		if err := upgradeInPlace(ctx, h, clusterName, dir, operatorManifests, os.Stdout); err != nil {
+			if ctx.Err() != nil {
+				say("Stopping")
+				return nil
+			}
+			return err
+		}
+	}
+
+	if demo != nil {
+		if err := demo.run(ctx, h, clusterName, os.Stdout); err != nil {
 			if ctx.Err() != nil {
 				say("Stopping")
 				return nil

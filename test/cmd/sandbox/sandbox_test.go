@@ -193,19 +193,27 @@ func stopWithCtrlC(t *testing.T, p *framework.Process, children []int) {
 }
 
 // TestSandboxInPlace runs `make sandbox-in-place`, the README's one-command demonstration of an
-// in-place Kairos upgrade (issue 20): a single control-plane node without workers comes up,
-// the control plane moves to the next minor version and Kairos image on the same Machine, and
+// in-place Kairos upgrade (issue 20), with -restore, the demonstration of `make sandbox-restore`
+// (issue 34), on the same single-node site to spare a second sandbox: a single control-plane
+// node without workers comes up with etcd snapshots to the sandbox's object store, the control
+// plane moves to the next minor version and Kairos image on the same Machine; then a ConfigMap is
+// written, snapshotted, the VM destroyed, and the ConfigMap read back from the restored cluster;
 // Ctrl-C ends it cleanly.
 func TestSandboxInPlace(t *testing.T) {
-	p, out, tmp := startSandbox(t, "sandbox-in-place", "-cluster sbxip", 8*time.Minute)
+	p, out, tmp := startSandbox(t, "sandbox-in-place", "-cluster sbxip -restore", 10*time.Minute)
 	for _, want := range []string{
 		"In-place updates: ExtensionConfig",
+		"Restore: etcd snapshots every minute to s3://sandbox-snapshots",
 		"Installing the Kairos operator in the workload cluster",
 		"Upgrading in place: kubectl patch kairoscontrolplane sbxip-control-plane",
 		"Updating True",
 		"Upgraded in place: Machine sbxip-control-plane-",
 		"runs v1.37.0+k0s with image",
 		"no Machine was created or deleted",
+		"Restore: the only control-plane VM is destroyed",
+		"EtcdRestored True Restored",
+		"restored etcd snapshot sbxip-sbxip-control-plane-",
+		"Restore: ConfigMap written-before-the-loss is back, read with the kubeconfig from before the loss",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the sandbox's output lacks %q:\n%s", want, out)
