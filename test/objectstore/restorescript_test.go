@@ -4,10 +4,13 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -85,9 +88,20 @@ func newRestoringNode(t *testing.T, files map[string]cloudconfig.File) *restorin
 	return n
 }
 
+// restore runs the script; one that still runs after two minutes has hung (its curl waits on
+// a store that never answers) and is killed.
 func (n *restoringNode) restore(t *testing.T) (string, error) {
 	t.Helper()
-	out, err := exec.Command("/bin/sh", n.script).CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "/bin/sh", n.script)
+	// The whole process group goes: a hung curl below the shell would hold the output open.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the restore script still ran after two minutes:\n%s", out)
+	}
 	return string(out), err
 }
 
@@ -203,6 +217,7 @@ func TestRenderedK0sRestoreScriptFails(t *testing.T) {
 	for name, tc := range map[string]struct {
 		objects map[string][]byte
 		stop    bool
+		silent  bool
 		want    string
 	}{
 		"empty folder": {want: "kairos-capi: etcd restore: s3://site-backups/edge/default/site-a/ holds no snapshot of cluster site-a"},
@@ -211,6 +226,9 @@ func TestRenderedK0sRestoreScriptFails(t *testing.T) {
 			want:    "kairos-capi: etcd restore: no snapshot of cluster site-a in s3://site-backups/edge/default/site-a/ restored; k0scontroller does not start",
 		},
 		"store down": {stop: true, want: "kairos-capi: etcd restore: listing s3://site-backups/edge/default/site-a/ failed; k0scontroller waits for the store"},
+		// A store (or what stands in front of it) that accepts connections and never answers:
+		// curl gives up after its connect timeout instead of holding the unit's start forever.
+		"store silent": {stop: true, silent: true, want: "kairos-capi: etcd restore: listing s3://site-backups/edge/default/site-a/ failed; k0scontroller waits for the store"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			s := Start(t, Options{Buckets: []string{"site-backups"}})
@@ -220,6 +238,32 @@ func TestRenderedK0sRestoreScriptFails(t *testing.T) {
 			n := newRestoringNode(t, restoreNode(t, s, ca))
 			if tc.stop {
 				s.server.Close()
+			}
+			if tc.silent {
+				l, err := net.Listen("tcp", s.Endpoint)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held := make(chan net.Conn, 16)
+				t.Cleanup(func() {
+					_ = l.Close()
+					for len(held) > 0 {
+						_ = (<-held).Close()
+					}
+				})
+				go func() {
+					for {
+						c, err := l.Accept()
+						if err != nil {
+							return
+						}
+						select {
+						case held <- c: // held open, never answered
+						default:
+							_ = c.Close()
+						}
+					}
+				}()
 			}
 			out, err := n.restore(t)
 			if err == nil || !strings.Contains(out, tc.want) {
