@@ -15,6 +15,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/url"
 	"sort"
@@ -106,6 +107,18 @@ func (s Store) httpClient() (*http.Client, error) {
 	return &http.Client{Timeout: requestTimeout, Transport: &http.Transport{TLSClientConfig: cfg, Proxy: http.ProxyFromEnvironment}}, nil
 }
 
+// listError says why a listing failed, in words that stay the same while the failure does: a
+// network error names the store's endpoint, not the connection's own address, whose port
+// changes with every attempt and would rewrite the conditions that quote the error (a status
+// write per listing while a store is down).
+func (s Store) listError(err error) error {
+	var op *net.OpError
+	if errors.As(err, &op) {
+		return fmt.Errorf("listing s3://%s/%s/: %s https://%s: %v", s.Bucket, s.Folder, op.Op, s.Endpoint, op.Err)
+	}
+	return fmt.Errorf("listing s3://%s/%s/: %w", s.Bucket, s.Folder, err)
+}
+
 func (s Store) get(ctx context.Context, client *http.Client, q url.Values) (*listResult, error) {
 	u := &url.URL{Scheme: "https", Host: s.Endpoint, Path: "/" + s.Bucket, RawQuery: q.Encode()}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
@@ -120,12 +133,12 @@ func (s Store) get(ctx context.Context, client *http.Client, q url.Values) (*lis
 	resp, err := client.Do(req)
 	if err != nil {
 		// url.Error repeats the URL (no credentials in it) and says what failed.
-		return nil, fmt.Errorf("listing s3://%s/%s/: %w", s.Bucket, s.Folder, err)
+		return nil, s.listError(err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return nil, fmt.Errorf("listing s3://%s/%s/: %w", s.Bucket, s.Folder, err)
+		return nil, s.listError(err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {

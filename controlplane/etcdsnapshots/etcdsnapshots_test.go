@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/pem"
 	"fmt"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -113,4 +114,40 @@ func TestTimeOf(t *testing.T) {
 			t.Errorf("TimeOf(%q) = %v %v, want %q", name, got, ok, want)
 		}
 	}
+}
+
+// A store that resets every connection fails every listing with the same words: the error names
+// the store, never the connection's own port, so the conditions quoting it do not change (and
+// are not written again) with every attempt while the store is down.
+func TestListErrorIsStable(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_ = c.(*net.TCPConn).SetLinger(0) // closing sends a reset
+			buf := make([]byte, 1)
+			_, _ = c.Read(buf) // the client's first bytes (its TLS hello)
+			_ = c.Close()
+		}
+	}()
+	s := Store{Endpoint: l.Addr().String(), Bucket: "b", Folder: "f", Region: "us-east-1", AccessKeyID: "AKIAEXAMPLE", SecretAccessKey: "secret"}
+	var msgs []string
+	for range 3 {
+		_, err := s.List(context.Background())
+		if err == nil {
+			t.Fatal("a listing of a store that resets its connections succeeded")
+		}
+		msgs = append(msgs, err.Error())
+	}
+	if msgs[0] != msgs[1] || msgs[1] != msgs[2] || !strings.Contains(msgs[0], "https://"+s.Endpoint) {
+		t.Errorf("the listing errors differ or do not name the store:\n%s", strings.Join(msgs, "\n"))
+	}
+	t.Log(msgs[0])
 }
