@@ -2,7 +2,9 @@ package lifecycle
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -10,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -28,23 +31,37 @@ import (
 
 const restoreBucket = "site-backups"
 
-// TestSingleNodeRestoresFromSnapshot is issue 34's scenario (a), through Cluster API: a
-// single-node control plane with etcd snapshots to an S3 store the test runs (TLS, Signature V4)
-// loses its only VM on the hypervisor. The MachineHealthCheck marks the Machine once its Node goes
-// Unknown, the control plane remediates its last Machine because it has snapshots, and the
-// replacement restores the newest snapshot before Kubernetes starts (the rendered restore, real
-// etcd restore): the cluster keeps its endpoint, its CA (the kubeconfig from before works) and
-// its service-account keys (a token issued before authenticates), holds an object written before
-// the snapshot and not one written after it, and EtcdRestored names the snapshot. The store is
-// made read-only right after the snapshot, so that no later scheduled snapshot can hold the
-// object written after it, whatever the machine's speed.
+// TestSingleNodeRestoresFromSnapshot is issue 34's scenarios (a), (b) and (c), through Cluster
+// API, on one cluster per distribution: a single-node control plane with etcd snapshots to an S3
+// store the test runs (TLS, Signature V4).
+//
+// (b) The node is upgraded in place (maxSurge 0, the Kairos operator): when it starts rebooting
+// (its status event, read synchronously, before anything of the reboot runs), the store already
+// holds the pre-upgrade snapshot its before-upgrade stage took, of a time before the reboot.
+//
+// (a) Then the node loses its only VM on the hypervisor. The MachineHealthCheck marks the Machine
+// once its infrastructure is gone, the control plane remediates its last Machine because it has
+// snapshots, and the replacement restores the newest good snapshot before Kubernetes starts (the
+// rendered restore, real etcd restore): the cluster keeps its endpoint, its CA (the kubeconfig
+// from before works) and its service-account keys (a token issued before authenticates), holds
+// an object written before the snapshot and not one written after it, and EtcdRestored names
+// the snapshot. The store is made read-only right after the snapshot, so that no later
+// scheduled snapshot can hold the object written after it, whatever the machine's speed.
+//
+// (c) Before the VM is deleted, a corrupt object named as a newer snapshot of the node is put in
+// the store, and the store is made unreachable: the replacement's node waits (its status says
+// the listing failed and it waits for the store) and EtcdRestored says Restoring with the reason
+// the management cluster sees (the store cannot be listed). Once the store is back, the node
+// restores, skipping the corrupt object: EtcdRestored names the previous, good snapshot.
 func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 	t.Parallel()
 	for _, dist := range distributions {
 		t.Run(string(dist), func(t *testing.T) {
 			slots.Parallel(t)
 			store := objectstore.Start(t, objectstore.Options{Buckets: []string{restoreBucket}, Region: "eu-west-1"})
-			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1, mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+			c := newControlPlaneCluster(t, dist, cpOptions{inPlace: true, replicas: 1, mutate: func(s *controlplanev1.KairosControlPlaneSpec) {
+				s.KairosConfigSpec.Image = kairosImage(dist, version)
+				s.Rollout.Strategy.RollingUpdate.MaxSurge = ptr.To(intstr.FromInt32(0))
 				s.Etcd.Snapshots = &bootstrapv1.EtcdSnapshots{Schedule: "* * * * *", Retention: ptr.To[int32](3), S3: bootstrapv1.EtcdSnapshotS3{
 					Endpoint: store.Endpoint, Bucket: restoreBucket, Region: store.Region, CABundle: string(store.CAPEM),
 					CredentialsSecret: bootstrapv1.S3CredentialsSecretReference{Name: "site-backups-s3"},
@@ -63,6 +80,65 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			folder := c.key.Namespace + "/" + c.key.Name // <prefix>/<namespace>/<cluster>, no prefix
+			cfg, err := c.WorkloadConfig(c.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			wl, err := c.WorkloadClient(c.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+
+			// A service-account token issued before the snapshot, and an object written before it:
+			// before the upgrade, so that the pre-upgrade snapshot already holds them (no wait for
+			// the next scheduled one).
+			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "probe"}}
+			if err := wl.Create(c.ctx, sa); err != nil {
+				t.Fatal(err)
+			}
+			tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
+			if err := wl.SubResource("token").Create(c.ctx, sa, tr); err != nil {
+				t.Fatal(err)
+			}
+			if err := wl.Create(c.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "before-snapshot"}}); err != nil {
+				t.Fatal(err)
+			}
+			written := time.Now().Unix()
+
+			// (b) An in-place upgrade: the pre-upgrade snapshot is in the store when the node
+			// starts rebooting.
+			if err := c.simCluster().InstallKairosOperator(c.ctx); err != nil {
+				t.Fatal(err)
+			}
+			reboot := c.watchFirstReboot(store, folder)
+			requested := time.Now().Truncate(time.Second)
+			c.update(func(s *controlplanev1.KairosControlPlaneSpec) {
+				s.Version = inPlaceVersion
+				s.KairosConfigSpec.Image = kairosImage(dist, inPlaceVersion)
+			})
+			upgraded := c.waitSettled(1, inPlaceVersion, 2*waitScale)
+			if upgraded[0].UID != machines[0].UID {
+				t.Fatalf("Machine %s was replaced by %s, not upgraded in place", machines[0].Name, upgraded[0].Name)
+			}
+			machines = upgraded
+			at, snaps, err := reboot.result()
+			if err != nil || at.IsZero() {
+				t.Fatalf("the node's reboot was not seen (%v)", err)
+			}
+			var preUpgrade *etcdsnapshots.Snapshot
+			for i, s := range snaps {
+				if s.Kind == etcdsnapshots.KindPreUpgrade && s.Node == machines[0].Status.NodeRef.Name && !s.Time.Before(requested) && !s.Time.After(at) {
+					preUpgrade = &snaps[i]
+				}
+			}
+			if preUpgrade == nil {
+				t.Fatalf("when the node started rebooting (%s) the store held no pre-upgrade snapshot of node %s taken since the upgrade was asked for (%s): %+v",
+					at.Format(time.RFC3339), machines[0].Status.NodeRef.Name, requested.Format(time.RFC3339), snaps)
+			}
+			t.Logf("%s: pre-upgrade snapshot %s (%s) in the store when the node started rebooting at %s", dist, preUpgrade.Name,
+				preUpgrade.Time.Format(time.TimeOnly), at.UTC().Format(time.TimeOnly))
+
 			// A single-node site's lost node cannot report anything: the cluster's API server went
 			// with it, so no Node turns Unknown. The health check that remediates it looks at the
 			// Machine: its infrastructure is gone.
@@ -78,29 +154,6 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 			}); err != nil {
 				t.Fatal(err)
 			}
-			cfg, err := c.WorkloadConfig(c.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			wl, err := c.WorkloadClient(c.ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-
-			// A service-account token issued before the snapshot, and an object written before it.
-			sa := &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "probe"}}
-			if err := wl.Create(c.ctx, sa); err != nil {
-				t.Fatal(err)
-			}
-			tr := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](3600)}}
-			if err := wl.SubResource("token").Create(c.ctx, sa, tr); err != nil {
-				t.Fatal(err)
-			}
-			if err := wl.Create(c.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "before-snapshot"}}); err != nil {
-				t.Fatal(err)
-			}
-			written := time.Now().Unix()
-			folder := c.key.Namespace + "/" + c.key.Name // <prefix>/<namespace>/<cluster>, no prefix
 			var taken string
 			framework.Eventually(t, 3*time.Minute, func() error {
 				snaps := storeSnapshots(t, store, c.key.Name, folder)
@@ -126,20 +179,65 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 				t.Fatalf("the newest snapshot %s is older than %s", newest.Key, taken)
 			}
 
+			// (c) A corrupt object named as a newer snapshot of the node (written to the backend:
+			// the bucket refuses writes through the protocol now), and the store unreachable
+			// while the replacement boots.
+			ext := ""
+			if dist == bootstrapv1.DistributionK0s {
+				ext = ".tar.gz"
+			}
+			corrupt := fmt.Sprintf("%s-%s-%d%s", c.key.Name, newest.Node, newest.Time.Unix()+1, ext)
+			if _, err := store.Backend.PutObject(restoreBucket, folder+"/"+corrupt, nil, strings.NewReader("not a snapshot"), int64(len("not a snapshot")), nil); err != nil {
+				t.Fatal(err)
+			}
+			if snaps := storeSnapshots(t, store, c.key.Name, folder); !slices.ContainsFunc(snaps, func(s etcdsnapshots.Snapshot) bool { return s.Name == corrupt && s.Time.After(newest.Time) }) {
+				t.Fatalf("the corrupt object %s is not a snapshot newer than %s: %+v", corrupt, newest.Name, snaps)
+			}
+			store.SetUnreachable(true)
+
 			// The only VM is destroyed on the hypervisor.
 			gone := machines[0]
 			start := time.Now()
 			if err := c.h.Client.Delete(c.ctx, &infrav1.KairosSimMachine{ObjectMeta: metav1.ObjectMeta{Namespace: gone.Namespace, Name: gone.Spec.InfrastructureRef.Name}}); err != nil {
 				t.Fatal(err)
 			}
+			// The replacement's node waits for the store, and the control plane says why.
+			var waiting string
+			framework.Eventually(t, simnode.NodeMonitorGracePeriod+waitScale, func() error {
+				ms, err := c.controlPlaneMachines()
+				if err != nil {
+					return err
+				}
+				if len(ms) != 1 || ms[0].Name == gone.Name {
+					return fmt.Errorf("control-plane Machines %s (%s)", machineList(ms), c.kcpProblems())
+				}
+				n := c.Node(ms[0].Spec.InfrastructureRef.Name)
+				if n == nil {
+					return fmt.Errorf("no node for the replacement %s yet", ms[0].Name)
+				}
+				st := n.Status()
+				if st.Phase != simnode.PhaseBooting || !strings.Contains(st.Message, "restoring etcd") || !strings.Contains(st.Message, "waits for the store") {
+					return fmt.Errorf("the replacement's node is %s/%s: %s", st.Phase, st.Reason, st.Message)
+				}
+				waiting = st.Message
+				return nil
+			})
+			c.waitCondition(controlplanev1.EtcdRestoredCondition, metav1.ConditionFalse, "the store cannot be listed from the management cluster", waitScale)
+			cond := conditions.Get(c.get(), controlplanev1.EtcdRestoredCondition)
+			if cond.Reason != controlplanev1.EtcdRestoringReason || !strings.Contains(cond.Message, "s3://"+restoreBucket+"/"+folder+"/") {
+				t.Errorf("EtcdRestored while the store is unreachable: %+v", cond)
+			}
+			t.Logf("%s: the replacement waits for the store (node: %q); EtcdRestored: %s", dist, lastLine(waiting), cond.Message)
+			store.SetUnreachable(false)
+
 			var replacement clusterv1.Machine
-			framework.Eventually(t, simnode.NodeMonitorGracePeriod+2*waitScale, func() error {
+			framework.Eventually(t, 2*waitScale, func() error {
 				ms, err := c.controlPlaneMachines()
 				if err != nil {
 					return err
 				}
 				if len(ms) != 1 || ms[0].Name == gone.Name || ms[0].Status.Phase != string(clusterv1.MachinePhaseRunning) {
-					return fmt.Errorf("control-plane Machines %s (%s)", machineList(ms), c.kcpProblems())
+					return fmt.Errorf("control-plane Machines %s (%s)%s", machineList(ms), c.kcpProblems(), c.nodeStatuses(ms))
 				}
 				replacement = ms[0]
 				cond := conditions.Get(c.get(), controlplanev1.EtcdRestoredCondition)
@@ -149,9 +247,9 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 				return nil
 			})
 			t.Logf("%s: Machine %s replaced by %s, restored, %s after its VM was deleted", dist, gone.Name, replacement.Name, time.Since(start).Round(time.Second))
-			cond := conditions.Get(c.get(), controlplanev1.EtcdRestoredCondition)
+			cond = conditions.Get(c.get(), controlplanev1.EtcdRestoredCondition)
 			if !strings.HasPrefix(cond.Message, "Machine "+replacement.Name+" restored etcd snapshot "+newest.Name+" (taken ") {
-				t.Errorf("EtcdRestored says %q, want the newest snapshot %s", cond.Message, newest.Name)
+				t.Errorf("EtcdRestored says %q, want the newest good snapshot %s (not the corrupt %s)", cond.Message, newest.Name, corrupt)
 			}
 			if now, err := c.Endpoint(c.ctx); err != nil || now != endpoint {
 				t.Errorf("the endpoint is %s (%v), was %s", now, err, endpoint)
@@ -191,9 +289,17 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 // (controlplane/etcdsnapshots: their names, by cluster and node, with the time that ends them).
 func storeSnapshots(t *testing.T, s *objectstore.Store, cluster, folder string) []etcdsnapshots.Snapshot {
 	t.Helper()
-	keys, err := s.Keys(restoreBucket)
+	out, err := readSnapshots(s, cluster, folder)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return out
+}
+
+func readSnapshots(s *objectstore.Store, cluster, folder string) ([]etcdsnapshots.Snapshot, error) {
+	keys, err := s.Keys(restoreBucket)
+	if err != nil {
+		return nil, err
 	}
 	var out []etcdsnapshots.Snapshot
 	for _, k := range keys {
@@ -201,7 +307,73 @@ func storeSnapshots(t *testing.T, s *objectstore.Store, cluster, folder string) 
 			out = append(out, snap)
 		}
 	}
+	return out, nil
+}
+
+// rebootWatch holds what the store held when a node of the cluster first started rebooting.
+type rebootWatch struct {
+	mu    sync.Mutex
+	at    time.Time
+	snaps []etcdsnapshots.Snapshot
+	err   error
+	stop  func()
+}
+
+// watchFirstReboot reads the store's snapshots of the cluster when one of its nodes first
+// reports that it is rebooting: the node's status event is delivered synchronously, before the
+// reboot stops anything on the node (simnode reboot), so what the store holds then is what it
+// held before the reboot, however fast or slow the machine.
+func (c *cpCluster) watchFirstReboot(store *objectstore.Store, folder string) *rebootWatch {
+	w := &rebootWatch{}
+	reg := c.h.Registry
+	w.stop = reg.Subscribe(func(e simnode.NodeEvent) {
+		if e.Namespace != c.key.Namespace {
+			return
+		}
+		n := reg.Node(e.ProviderID)
+		if n == nil {
+			return
+		}
+		if st := n.Status(); st.Phase != simnode.PhaseBooting || st.Reason != simnode.ReasonRebooting {
+			return
+		}
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		if !w.at.IsZero() {
+			return
+		}
+		w.at = time.Now()
+		w.snaps, w.err = readSnapshots(store, c.key.Name, folder)
+	})
+	c.t.Cleanup(w.stop)
+	return w
+}
+
+// result stops the watch and says when the first reboot began and what the store held then.
+func (w *rebootWatch) result() (time.Time, []etcdsnapshots.Snapshot, error) {
+	w.stop()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.at, w.snaps, w.err
+}
+
+// nodeStatuses describes the simulated nodes of Machines (their journal, in reality), for
+// failure messages.
+func (c *cpCluster) nodeStatuses(ms []clusterv1.Machine) string {
+	var out string
+	for _, m := range ms {
+		if n := c.Node(m.Spec.InfrastructureRef.Name); n != nil {
+			st := n.Status()
+			out += fmt.Sprintf("; node of %s: %s/%s: %s", m.Name, st.Phase, st.Reason, st.Message)
+		}
+	}
 	return out
+}
+
+// lastLine is the last non-empty line of a message.
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
 }
 
 func machineList(ms []clusterv1.Machine) string {

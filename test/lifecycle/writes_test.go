@@ -8,10 +8,14 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
+
+	clusterv1 "sigs.k8s.io/cluster-api/api/core/v1beta2"
+	"sigs.k8s.io/cluster-api/util/conditions"
 
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/test/framework"
@@ -137,6 +141,12 @@ func (s countingSubResource) Patch(ctx context.Context, obj client.Object, patch
 // TestSteadyControlPlaneWritesNothing: once a control plane has settled, its reconciles (the
 // periodic etcd health checks, every 5 s in this suite, and changes that concern nothing it
 // manages) write nothing to the management cluster.
+//
+// Then, on the same single-node cluster, issue 34's scenario (d): without etcd snapshots the
+// last control-plane Machine is not remediated, as before snapshots existed (and as Cluster
+// API's KubeadmControlPlane does): a MachineHealthCheck marks it unhealthy (its Node not Ready),
+// the control plane's Remediating condition says why it does not replace it, and the Machine
+// stays, alone and not deleting.
 func TestSteadyControlPlaneWritesNothing(t *testing.T) {
 	t.Parallel()
 	for _, dist := range distributions {
@@ -145,7 +155,7 @@ func TestSteadyControlPlaneWritesNothing(t *testing.T) {
 			// other scenarios) run side by side.
 			slots.Parallel(t)
 			c := newControlPlaneCluster(t, dist, cpOptions{replicas: 1})
-			c.waitSettled(1, version, waitScale)
+			only := c.waitSettled(1, version, waitScale)[0]
 			ns := c.Cluster.Namespace
 			if len(controlPlaneWrites.since(ns, time.Time{})) == 0 {
 				t.Fatal("no write of the control plane was counted while it created its Machine: the counting client is not in use")
@@ -178,6 +188,31 @@ func TestSteadyControlPlaneWritesNothing(t *testing.T) {
 			if w := controlPlaneWrites.since(ns, start); len(w) > 0 {
 				t.Errorf("a steady control plane wrote %d times in %s: %s", len(w), time.Since(start).Round(time.Second), strings.Join(w, ", "))
 			}
+
+			// Issue 34 (d): the only Machine, unhealthy, without snapshots.
+			unhealthy := time.Now()
+			c.createHealthCheck(corev1.ConditionFalse)
+			if err := c.nodeOf(only).SetReady(c.ctx, false, ""); err != nil {
+				t.Fatal(err)
+			}
+			c.waitCondition(controlplanev1.RemediatingCondition, metav1.ConditionTrue, "Machine "+only.Name+" is the only control-plane Machine: replacing it would lose etcd", time.Minute)
+			if cond := conditions.Get(c.get(), controlplanev1.RemediatingCondition); cond.Reason != controlplanev1.RemediationBlockedQuorumReason {
+				t.Errorf("Remediating = %+v, want reason %s", cond, controlplanev1.RemediationBlockedQuorumReason)
+			}
+			if m := c.machineByName(only.Name); m == nil || !conditions.IsFalse(m, clusterv1.MachineOwnerRemediatedCondition) {
+				t.Errorf("Machine %s is not marked for remediation by the MachineHealthCheck: %+v", only.Name, m)
+			}
+			framework.Consistently(t, 5*time.Second, func() error {
+				ms, err := c.controlPlaneMachines()
+				if err != nil {
+					return err
+				}
+				if len(ms) != 1 || ms[0].Name != only.Name || !ms[0].DeletionTimestamp.IsZero() {
+					return fmt.Errorf("the only control-plane Machine %s was remediated without snapshots: %s", only.Name, describeMachines(ms))
+				}
+				return nil
+			})
+			t.Logf("%s: the only Machine, unhealthy without snapshots, kept with the reason; (d) took %s", dist, time.Since(unhealthy).Round(time.Second))
 		})
 	}
 }

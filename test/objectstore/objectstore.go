@@ -87,12 +87,42 @@ type Store struct {
 	refused atomic.Int64
 	// readOnly refuses every write (SetReadOnly).
 	readOnly atomic.Bool
+	// unreachable closes every connection as soon as it is accepted (SetUnreachable).
+	unreachable atomic.Bool
 }
 
 // SetReadOnly makes the store refuse (or accept again) every write, as a bucket policy denying
 // PutObject and DeleteObject would: a test freezes what the store holds at a point of its own
 // choosing, whatever a node's schedule does next.
 func (s *Store) SetReadOnly(ro bool) { s.readOnly.Store(ro) }
+
+// SetUnreachable makes the store unreachable (or reachable again) at its endpoint: every
+// connection is closed as soon as it is accepted, before a TLS handshake, as a load balancer in
+// front of a store that is down does; connections already open are closed too. Clients fail
+// at once with a connection error (curl: exit 35; Go: EOF or a reset), nothing is read or
+// written. The endpoint stays the same, so the store comes back where it was.
+func (s *Store) SetUnreachable(down bool) {
+	s.unreachable.Store(down)
+	if down {
+		s.server.CloseClientConnections()
+	}
+}
+
+// gate is the store's listener: while the store is unreachable it closes what it accepts.
+type gate struct {
+	net.Listener
+	down *atomic.Bool
+}
+
+func (g gate) Accept() (net.Conn, error) {
+	for {
+		c, err := g.Listener.Accept()
+		if err != nil || !g.down.Load() {
+			return c, err
+		}
+		_ = c.Close()
+	}
+}
 
 // Start starts a store and stops it when the test ends.
 func Start(tb testing.TB, opts Options) *Store {
@@ -140,6 +170,7 @@ func New(opts Options) (*Store, error) {
 	s.CAPool.AppendCertsFromPEM(caPEM)
 
 	s.server = httptest.NewUnstartedServer(s.sigV4(faker.Server()))
+	s.server.Listener = gate{Listener: s.server.Listener, down: &s.unreachable}
 	s.server.TLS = &tls.Config{Certificates: []tls.Certificate{serverCert}, MinVersion: tls.VersionTLS12}
 	s.server.StartTLS()
 	s.URL = s.server.URL

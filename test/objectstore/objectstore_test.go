@@ -159,3 +159,30 @@ func TestUntrustedTLS(t *testing.T) {
 		})
 	}
 }
+
+// An unreachable store answers nothing, not even on a connection a client kept open; it comes
+// back at the same endpoint with what it held.
+func TestUnreachable(t *testing.T) {
+	s := Start(t, Options{})
+	c := s.Client() // keeps its connection alive between requests
+	if code, body, err := do(t, c, s, s.AccessKeyID, s.SecretAccessKey, http.MethodPut, "/snapshots/kept", []byte("x"), ""); err != nil || code != http.StatusOK {
+		t.Fatalf("put: %d %s %v", code, body, err)
+	}
+	s.SetUnreachable(true)
+	for _, client := range []*http.Client{c, s.Client()} {
+		if code, body, err := do(t, client, s, s.AccessKeyID, s.SecretAccessKey, http.MethodGet, "/snapshots?list-type=2", nil, ""); err == nil {
+			t.Fatalf("an unreachable store answered: %d %s", code, body)
+		}
+	}
+	if code, _, err := do(t, c, s, s.AccessKeyID, s.SecretAccessKey, http.MethodPut, "/snapshots/lost", []byte("y"), ""); err == nil {
+		t.Fatalf("an unreachable store took a write: %d", code)
+	}
+	s.SetUnreachable(false)
+	code, body, err := do(t, c, s, s.AccessKeyID, s.SecretAccessKey, http.MethodGet, "/snapshots/kept", nil, "")
+	if err != nil || code != http.StatusOK || string(body) != "x" {
+		t.Fatalf("back: %d %q %v", code, body, err)
+	}
+	if keys, err := s.Keys("snapshots"); err != nil || len(keys) != 1 {
+		t.Errorf("keys %v %v, want only the one written while reachable", keys, err)
+	}
+}

@@ -85,6 +85,18 @@ func (r *Reconciler) reconcileEtcdRestore(ctx context.Context, s *scope) (ctrl.R
 	return ctrl.Result{}, nil
 }
 
+// restoringSince is when the Machine that restores was created, while its restore is not
+// reported yet; zero otherwise.
+func (s *scope) restoringSince() time.Time {
+	if s.restore.machine == "" || s.restore.reported {
+		return time.Time{}
+	}
+	if m, ok := s.machines[s.restore.machine]; ok {
+		return m.CreationTimestamp.Time
+	}
+	return time.Time{}
+}
+
 func restoredPrefix(machine string) string {
 	return fmt.Sprintf("Machine %s restored etcd snapshot ", machine)
 }
@@ -97,9 +109,21 @@ func setEtcdRestoredCondition(s *scope) {
 	case r.machine == "" || r.reported:
 		return
 	case r.snapshot == "":
+		// The node cannot report anything before Kubernetes starts; what the management cluster
+		// sees of the store (its listing, renewed while the Machine restores) is most likely why
+		// the node waits.
+		msg := fmt.Sprintf("Machine %s restores the newest etcd snapshot of the cluster before its node starts Kubernetes; if it stays here, the node's journal (the distribution's unit) says why", r.machine)
+		l, spec := s.snapshots, s.kcp.Spec.Etcd.Snapshots
+		switch {
+		case l.at.IsZero() || spec == nil:
+		case l.err != nil:
+			msg = fmt.Sprintf("Machine %s restores the newest etcd snapshot of the cluster before its node starts Kubernetes; the store cannot be listed from the management cluster (%v): a node that cannot reach it either waits for it and restores once it answers (the node's journal, the distribution's unit, says why)", r.machine, l.err)
+		case len(l.newest) == 0:
+			msg = fmt.Sprintf("Machine %s restores the newest etcd snapshot of the cluster before its node starts Kubernetes, but s3://%s/%s/ holds no snapshot of the cluster: its node does not start until one is there",
+				r.machine, spec.S3.Bucket, spec.S3.Folder(s.kcp.Namespace, s.cluster.Name))
+		}
 		conditions.Set(s.kcp, metav1.Condition{Type: controlplanev1.EtcdRestoredCondition, Status: metav1.ConditionFalse,
-			Reason:  controlplanev1.EtcdRestoringReason,
-			Message: fmt.Sprintf("Machine %s restores the newest etcd snapshot of the cluster before its node starts Kubernetes; if it stays here, the node's journal (the distribution's unit) says why", r.machine)})
+			Reason: controlplanev1.EtcdRestoringReason, Message: msg})
 	default:
 		taken := "at an unknown time"
 		if t, ok := etcdsnapshots.TimeOf(r.snapshot); ok {

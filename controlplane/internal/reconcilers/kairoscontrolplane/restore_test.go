@@ -1,6 +1,14 @@
 package kairoscontrolplane
 
 import (
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -11,6 +19,7 @@ import (
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/render"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/etcdsnapshots"
 )
 
 // restoringControlPlane has one Machine, m1, whose KairosConfig restores the newest snapshot.
@@ -25,6 +34,30 @@ func TestSetEtcdRestoredCondition(t *testing.T) {
 	testConditionSetter(t, controlplanev1.EtcdRestoredCondition, withoutContext(setEtcdRestoredCondition), []conditionCase{
 		{name: "restoring", setup: restoringControlPlane,
 			observe: func(s *scope) { s.restore = etcdRestore{machine: "m1"} },
+			want: metav1.Condition{Status: metav1.ConditionFalse, Reason: controlplanev1.EtcdRestoringReason,
+				Message: "Machine m1 restores the newest etcd snapshot of the cluster before its node starts Kubernetes; if it stays here, the node's journal (the distribution's unit) says why"}},
+		// While it restores, the condition says what the management cluster sees of the store
+		// (its own listing, renewed while a Machine restores): the node, which cannot report
+		// anything before Kubernetes starts, most likely waits for the same reason.
+		{name: "restoring, the store cannot be listed", setup: restoringControlPlane,
+			observe: func(s *scope) {
+				s.restore = etcdRestore{machine: "m1"}
+				s.snapshots = snapshotListing{at: s.reconcileTime, err: errors.New(`listing s3://site-backups/team-a/demo/: Get "https://s3.example.com/site-backups?list-type=2&prefix=team-a%2Fdemo%2F": EOF`)}
+			},
+			want: metav1.Condition{Status: metav1.ConditionFalse, Reason: controlplanev1.EtcdRestoringReason,
+				Message: `Machine m1 restores the newest etcd snapshot of the cluster before its node starts Kubernetes; the store cannot be listed from the management cluster (listing s3://site-backups/team-a/demo/: Get "https://s3.example.com/site-backups?list-type=2&prefix=team-a%2Fdemo%2F": EOF): a node that cannot reach it either waits for it and restores once it answers (the node's journal, the distribution's unit, says why)`}},
+		{name: "restoring, the store holds no snapshot of the cluster", setup: restoringControlPlane,
+			observe: func(s *scope) {
+				s.restore = etcdRestore{machine: "m1"}
+				s.snapshots = snapshotListing{at: s.reconcileTime, newest: map[string]etcdsnapshots.Snapshot{}}
+			},
+			want: metav1.Condition{Status: metav1.ConditionFalse, Reason: controlplanev1.EtcdRestoringReason,
+				Message: "Machine m1 restores the newest etcd snapshot of the cluster before its node starts Kubernetes, but s3://site-backups/team-a/demo/ holds no snapshot of the cluster: its node does not start until one is there"}},
+		{name: "restoring, the store holds snapshots", setup: restoringControlPlane,
+			observe: func(s *scope) {
+				s.restore = etcdRestore{machine: "m1"}
+				s.snapshots = listed(s.reconcileTime, map[string]time.Duration{"m0": time.Hour})
+			},
 			want: metav1.Condition{Status: metav1.ConditionFalse, Reason: controlplanev1.EtcdRestoringReason,
 				Message: "Machine m1 restores the newest etcd snapshot of the cluster before its node starts Kubernetes; if it stays here, the node's journal (the distribution's unit) says why"}},
 		{name: "restored", setup: restoringControlPlane,
@@ -97,5 +130,71 @@ func TestReconcileEtcdRestore(t *testing.T) {
 				t.Errorf("restore %+v, want %+v", s.restore, tc.want)
 			}
 		})
+	}
+}
+
+// While a Machine restores, the store is listed again: a listing from before the Machine was
+// created says nothing of the store the restore needs, and the EtcdRestored condition says what
+// the store answers now (every snapshotRestoreListInterval), not what it answered minutes ago.
+func TestReconcileEtcdSnapshotsWhileRestoring(t *testing.T) {
+	var requests atomic.Int32
+	var down atomic.Bool
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		if down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		fmt.Fprintf(w, `<ListBucketResult><Contents><Key>%s%s-m0-1764403200</Key><Size>9</Size></Contents></ListBucketResult>`, r.URL.Query().Get("prefix"), clusterName)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+
+	ctx := testContext(t)
+	f := newFixture(t)
+	restoringControlPlane(f)
+	f.kcp.Spec.Etcd.Snapshots.S3.Endpoint = u.Host
+	f.kcp.Spec.Etcd.Snapshots.S3.CABundle = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	e := f.build()
+	if err := e.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "s3"}, Data: map[string][]byte{
+		bootstrapv1.EtcdSnapshotAccessKeyIDKey: []byte("AKIAFIXTURE"), bootstrapv1.EtcdSnapshotSecretAccessKeyKey: []byte("fixture-secret"),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	// The last listing, a good one, was taken before the lost Machine's replacement (m1,
+	// created a minute ago) existed; the store went down since.
+	e.r.snapshotListings.put(f.kcp.UID, listed(f.now.Add(-2*time.Minute), map[string]time.Duration{"m0": time.Hour}))
+	down.Store(true)
+
+	reconcile := func(at time.Time) (*scope, time.Duration) {
+		t.Helper()
+		s := e.scope(ctx)
+		s.reconcileTime = at
+		if _, err := e.r.reconcileEtcdRestore(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		res, err := e.r.reconcileEtcdSnapshots(ctx, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		setEtcdRestoredCondition(s)
+		return s, res.RequeueAfter
+	}
+	s, requeue := reconcile(f.now)
+	if requests.Load() != 1 || s.snapshots.err == nil || requeue != snapshotRestoreListInterval {
+		t.Fatalf("a listing from before the restoring Machine was used: %d requests, listing %+v, requeue %s", requests.Load(), s.snapshots, requeue)
+	}
+	containsAll(t, "EtcdRestored", conditions.Get(f.kcp, controlplanev1.EtcdRestoredCondition).Message,
+		"Machine m1 restores", "the store cannot be listed from the management cluster", "503 Service Unavailable")
+	if _, _ = reconcile(f.now.Add(snapshotRestoreListInterval / 2)); requests.Load() != 1 {
+		t.Errorf("listed again within snapshotRestoreListInterval: %d requests", requests.Load())
+	}
+	down.Store(false)
+	s, _ = reconcile(f.now.Add(snapshotRestoreListInterval))
+	if requests.Load() != 2 || s.snapshots.err != nil || s.snapshots.newest["m0"].Name != clusterName+"-m0-1764403200" {
+		t.Fatalf("not listed again after snapshotRestoreListInterval: %d requests, listing %+v", requests.Load(), s.snapshots)
+	}
+	if c := conditions.Get(f.kcp, controlplanev1.EtcdRestoredCondition); c.Status != metav1.ConditionFalse || strings.Contains(c.Message, "cannot be listed") {
+		t.Errorf("the store is back, EtcdRestored still says %+v", c)
 	}
 }

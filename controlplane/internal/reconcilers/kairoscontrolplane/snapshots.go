@@ -52,6 +52,11 @@ type snapshotListings struct {
 // after the control plane, or a store that was down, shows in the status without a long wait.
 const snapshotRetryInterval = 30 * time.Second
 
+// snapshotRestoreListInterval is how often the store is listed while a Machine restores from it
+// (until its node reported the restore): the EtcdRestored condition says what the store answers
+// now, such as an unreachable store the node waits for, and a restore is rare.
+const snapshotRestoreListInterval = 10 * time.Second
+
 func (c *snapshotListings) get(uid types.UID, now time.Time) (snapshotListing, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -84,17 +89,29 @@ func (c *snapshotListings) put(uid types.UID, l snapshotListing) {
 	c.m[uid] = l
 }
 
-// reconcileEtcdSnapshots lists the control plane's store, at most every snapshotListInterval,
-// for status.etcd.snapshots and EtcdSnapshotsUpToDate, with the credentials of
-// spec.etcd.snapshots (a Secret of the control plane's namespace).
+// reconcileEtcdSnapshots lists the control plane's store, at most every snapshotListInterval
+// (every snapshotRestoreListInterval while a Machine restores), for status.etcd.snapshots,
+// EtcdSnapshotsUpToDate and EtcdRestored, with the credentials of spec.etcd.snapshots (a Secret
+// of the control plane's namespace).
 func (r *Reconciler) reconcileEtcdSnapshots(ctx context.Context, s *scope) (ctrl.Result, error) {
 	spec := s.kcp.Spec.Etcd.Snapshots
 	if spec == nil || !s.initialized() {
 		return ctrl.Result{}, nil
 	}
-	if l, fresh := r.snapshotListings.get(s.kcp.UID, s.reconcileTime); fresh {
+	interval := func(l snapshotListing) time.Duration { return l.interval() }
+	if since := s.restoringSince(); !since.IsZero() {
+		// A listing from before the restoring Machine existed says nothing of the store its
+		// restore needs.
+		interval = func(l snapshotListing) time.Duration {
+			if l.at.Before(since) {
+				return 0
+			}
+			return min(l.interval(), snapshotRestoreListInterval)
+		}
+	}
+	if l, fresh := r.snapshotListings.get(s.kcp.UID, s.reconcileTime); fresh && s.reconcileTime.Sub(l.at) < interval(l) {
 		s.snapshots = l
-		return ctrl.Result{RequeueAfter: l.interval() - s.reconcileTime.Sub(l.at)}, nil
+		return ctrl.Result{RequeueAfter: interval(l) - s.reconcileTime.Sub(l.at)}, nil
 	}
 	l := snapshotListing{at: s.reconcileTime}
 	store, err := r.snapshotStore(ctx, s, spec)
@@ -110,7 +127,7 @@ func (r *Reconciler) reconcileEtcdSnapshots(ctx context.Context, s *scope) (ctrl
 	}
 	r.snapshotListings.put(s.kcp.UID, l)
 	s.snapshots = l
-	return ctrl.Result{RequeueAfter: l.interval()}, nil
+	return ctrl.Result{RequeueAfter: interval(l)}, nil
 }
 
 // snapshotStore is the cluster's folder of the store, with the credentials read from their
