@@ -118,6 +118,8 @@ type fixture struct {
 	etcd *fakeEtcd
 	// apiDown: Cluster API's ClusterCache fails to probe the workload API server.
 	apiDown bool
+	// listing, when set, is the scope's last listing of the snapshot store.
+	listing *snapshotListing
 	// hostSeq numbers the addresses of Machines created during a test.
 	hostSeq int
 	// noPKI leaves out the cluster certificates (which the fixture adds otherwise).

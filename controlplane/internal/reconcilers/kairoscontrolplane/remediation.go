@@ -40,6 +40,13 @@ func parseRemediationData(s string) (*remediationData, error) {
 	return d, nil
 }
 
+// lastMachineAwaitsRemediation: the only Machine of an initialized control plane is marked for
+// remediation and not deleting yet.
+func (s *scope) lastMachineAwaitsRemediation() bool {
+	return s.initialized() && s.machines.Len() == 1 &&
+		s.machines.Filter(collections.IsUnhealthyAndOwnerRemediated, collections.Not(collections.HasDeletionTimestamp)).Len() == 1
+}
+
 // reconcileRemediation replaces a Machine a MachineHealthCheck marked unhealthy (condition
 // OwnerRemediated false), with KubeadmControlPlane's rules: one remediation at a time, nothing
 // while another Machine is provisioning or deleting, within the retry limits, and only when
@@ -87,6 +94,18 @@ func (r *Reconciler) reconcileRemediation(ctx context.Context, s *scope) (ctrl.R
 	// the newest snapshot (docs/backups.md): there is no quorum left to keep, and nothing else
 	// to wait for. Without snapshots its replacement would start an empty etcd.
 	restore := s.initialized() && s.machines.Len() <= 1 && s.kcp.Spec.Etcd.Snapshots != nil
+	if restore {
+		// A store that was listed and holds no snapshot of the cluster leaves the replacement
+		// nothing to restore: it would never start, and the Machine replaced may only have been
+		// unwell. A store the management cluster cannot list does not hold it back: the node
+		// may reach it, and otherwise waits for it, saying why (EtcdRestored).
+		if l := s.snapshots; !l.at.IsZero() && l.err == nil && len(l.newest) == 0 {
+			spec := s.kcp.Spec.Etcd.Snapshots
+			return ctrl.Result{}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationDeferredReason,
+				fmt.Sprintf("Machine %s is the only control-plane Machine and s3://%s/%s/ holds no etcd snapshot of the cluster: its replacement would have nothing to restore; it is replaced once a snapshot is there",
+					m.Name, spec.S3.Bucket, spec.S3.Folder(s.kcp.Namespace, s.cluster.Name)))
+		}
+	}
 	if s.initialized() && !restore {
 		if s.machines.Len() <= 1 {
 			return ctrl.Result{}, r.blockRemediation(ctx, s, m, controlplanev1.RemediationBlockedQuorumReason,

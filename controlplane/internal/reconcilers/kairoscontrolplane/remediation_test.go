@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -21,6 +22,7 @@ import (
 	bootstrapv1 "github.com/kairos-capi/kairos-capi/bootstrap/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/common/provider/phases"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
+	"github.com/kairos-capi/kairos-capi/controlplane/etcdsnapshots"
 )
 
 // remediationFor is the annotation a replacement Machine carries.
@@ -234,6 +236,31 @@ func TestReconcileRemediation(t *testing.T) {
 			},
 			wantDeleted: "m1", wantReason: controlplanev1.RemediatingReason,
 			wantMessage: "deleting unhealthy Machine m1, the only control-plane Machine: its replacement restores the newest etcd snapshot"},
+		{name: "the only Machine of a control plane whose store holds no snapshot of the cluster",
+			setup: func(f *fixture) {
+				f.replicas(1)
+				f.kcp.Spec.Etcd.Snapshots = testSnapshots()
+				f.listing = &snapshotListing{at: f.now.Add(-time.Minute)}
+				f.machine("m1", time.Hour, unhealthy())
+			},
+			wantReason: controlplanev1.RemediationDeferredReason, wantBlocked: controlplanev1.RemediationDeferredReason,
+			wantMessage: "Machine m1 is the only control-plane Machine and s3://site-backups/team-a/demo/ holds no etcd snapshot of the cluster: its replacement would have nothing to restore"},
+		{name: "the only Machine of a control plane whose store lists a snapshot",
+			setup: func(f *fixture) {
+				f.replicas(1)
+				f.kcp.Spec.Etcd.Snapshots = testSnapshots()
+				f.listing = &snapshotListing{at: f.now.Add(-time.Minute), newest: map[string]etcdsnapshots.Snapshot{"m1": {Name: "c-m1-1764403200"}}}
+				f.machine("m1", time.Hour, unhealthy())
+			},
+			wantDeleted: "m1", wantReason: controlplanev1.RemediatingReason},
+		{name: "the only Machine of a control plane whose store cannot be listed",
+			setup: func(f *fixture) {
+				f.replicas(1)
+				f.kcp.Spec.Etcd.Snapshots = testSnapshots()
+				f.listing = &snapshotListing{at: f.now.Add(-time.Minute), err: fmt.Errorf("listing s3://site-backups/: connection refused")}
+				f.machine("m1", time.Hour, unhealthy())
+			},
+			wantDeleted: "m1", wantReason: controlplanev1.RemediatingReason},
 		{name: "the only Machine of a control plane that never initialized",
 			setup: func(f *fixture) {
 				f.replicas(1).notInitialized()
@@ -300,6 +327,9 @@ func TestReconcileRemediation(t *testing.T) {
 			tc.setup(f)
 			e := f.build()
 			s := e.scope(ctx)
+			if f.listing != nil {
+				s.snapshots = *f.listing
+			}
 			res, err := e.r.reconcileRemediation(ctx, s)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {

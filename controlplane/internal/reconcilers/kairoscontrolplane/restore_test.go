@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -196,5 +197,60 @@ func TestReconcileEtcdSnapshotsWhileRestoring(t *testing.T) {
 	}
 	if c := conditions.Get(f.kcp, controlplanev1.EtcdRestoredCondition); c.Status != metav1.ConditionFalse || strings.Contains(c.Message, "cannot be listed") {
 		t.Errorf("the store is back, EtcdRestored still says %+v", c)
+	}
+}
+
+// While the only Machine waits for its remediation, the store is listed every
+// snapshotRestoreListInterval: the listing from when the cluster was new (no snapshot yet) must
+// not hold the replacement back for the whole snapshotListInterval once a snapshot is there.
+func TestReconcileEtcdSnapshotsBeforeRemediatingTheLastMachine(t *testing.T) {
+	var requests atomic.Int32
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		fmt.Fprintf(w, `<ListBucketResult><Contents><Key>%s%s-m1-1764403200</Key><Size>9</Size></Contents></ListBucketResult>`, r.URL.Query().Get("prefix"), clusterName)
+	}))
+	defer srv.Close()
+	u, _ := url.Parse(srv.URL)
+
+	ctx := testContext(t)
+	f := newFixture(t)
+	f.replicas(1)
+	f.kcp.Spec.Etcd.Snapshots = testSnapshots()
+	f.kcp.Spec.Etcd.Snapshots.S3.Endpoint = u.Host
+	f.kcp.Spec.Etcd.Snapshots.S3.CABundle = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	f.machine("m1", time.Hour, unhealthy())
+	e := f.build()
+	if err := e.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "s3"}, Data: map[string][]byte{
+		bootstrapv1.EtcdSnapshotAccessKeyIDKey: []byte("AKIAFIXTURE"), bootstrapv1.EtcdSnapshotSecretAccessKeyKey: []byte("fixture-secret"),
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	// Listed a moment ago, before the first snapshot.
+	e.r.snapshotListings.put(f.kcp.UID, snapshotListing{at: f.now.Add(-5 * time.Second)})
+	s := e.scope(ctx)
+	s.reconcileTime = f.now
+	if _, err := e.r.reconcileEtcdSnapshots(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if requests.Load() != 0 {
+		t.Fatalf("listed again %d times within snapshotRestoreListInterval", requests.Load())
+	}
+	if _, err := e.r.reconcileRemediation(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.deletedMachines(); len(got) != 0 {
+		t.Fatalf("remediated %v while the store held no snapshot", got)
+	}
+	s = e.scope(ctx)
+	s.reconcileTime = f.now.Add(snapshotRestoreListInterval)
+	res, err := e.r.reconcileEtcdSnapshots(ctx, s)
+	if err != nil || requests.Load() != 1 || res.RequeueAfter != snapshotRestoreListInterval {
+		t.Fatalf("not listed again after snapshotRestoreListInterval: %v, %d requests, requeue %s", err, requests.Load(), res.RequeueAfter)
+	}
+	if _, err := e.r.reconcileRemediation(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.deletedMachines(); !slices.Equal(got, []string{"m1"}) {
+		t.Errorf("deleted %v once the store held a snapshot, want [m1]", got)
 	}
 }

@@ -99,7 +99,8 @@ func (r *Reconciler) reconcileEtcdSnapshots(ctx context.Context, s *scope) (ctrl
 		return ctrl.Result{}, nil
 	}
 	interval := func(l snapshotListing) time.Duration { return l.interval() }
-	if since := s.restoringSince(); !since.IsZero() {
+	switch since := s.restoringSince(); {
+	case !since.IsZero():
 		// A listing from before the restoring Machine existed says nothing of the store its
 		// restore needs.
 		interval = func(l snapshotListing) time.Duration {
@@ -108,6 +109,11 @@ func (r *Reconciler) reconcileEtcdSnapshots(ctx context.Context, s *scope) (ctrl
 			}
 			return min(l.interval(), snapshotRestoreListInterval)
 		}
+	case s.lastMachineAwaitsRemediation():
+		// Whether the last Machine may be replaced depends on the store holding a snapshot
+		// (reconcileRemediation): a listing from when the cluster was new would hold it back
+		// for minutes after the first snapshot.
+		interval = func(l snapshotListing) time.Duration { return min(l.interval(), snapshotRestoreListInterval) }
 	}
 	if l, fresh := r.snapshotListings.get(s.kcp.UID, s.reconcileTime); fresh && s.reconcileTime.Sub(l.at) < interval(l) {
 		s.snapshots = l
