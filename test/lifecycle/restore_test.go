@@ -24,6 +24,7 @@ import (
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/controlplane/etcdsnapshots"
 	"github.com/kairos-capi/kairos-capi/test/framework"
+	"github.com/kairos-capi/kairos-capi/test/harness"
 	infrav1 "github.com/kairos-capi/kairos-capi/test/infrastructure/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/test/objectstore"
 	"github.com/kairos-capi/kairos-capi/test/simnode"
@@ -142,16 +143,7 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 			// A single-node site's lost node cannot report anything: the cluster's API server went
 			// with it, so no Node turns Unknown. The health check that remediates it looks at the
 			// Machine: its infrastructure is gone.
-			if err := c.h.Client.Create(c.ctx, &clusterv1.MachineHealthCheck{
-				ObjectMeta: metav1.ObjectMeta{Namespace: c.key.Namespace, Name: "site"},
-				Spec: clusterv1.MachineHealthCheckSpec{
-					ClusterName: c.key.Name,
-					Selector:    metav1.LabelSelector{MatchLabels: map[string]string{controlplanev1.ControlPlaneNameLabel: c.key.Name}},
-					Checks: clusterv1.MachineHealthCheckChecks{UnhealthyMachineConditions: []clusterv1.UnhealthyMachineCondition{{
-						Type: clusterv1.MachineInfrastructureReadyCondition, Status: metav1.ConditionFalse, TimeoutSeconds: ptr.To[int32](5),
-					}}},
-				},
-			}); err != nil {
+			if err := c.h.Client.Create(c.ctx, harness.SiteHealthCheck(c.key.Namespace, "site", c.key.Name, c.key.Name)); err != nil {
 				t.Fatal(err)
 			}
 			var taken string

@@ -132,16 +132,7 @@ func (d *restoreDemo) run(ctx context.Context, h *harness.Harness, clusterName s
 	// A single-node site's lost node reports nothing (the cluster's API server went with it): its
 	// MachineHealthCheck watches the Machine's infrastructure (README, "Backups and restore").
 	say("Restore: a MachineHealthCheck on the Machine's InfrastructureReady condition")
-	if err := h.Client.Create(ctx, &clusterv1.MachineHealthCheck{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: restoreHealthCheck},
-		Spec: clusterv1.MachineHealthCheckSpec{
-			ClusterName: clusterName,
-			Selector:    metav1.LabelSelector{MatchLabels: map[string]string{controlplanev1.ControlPlaneNameLabel: clusterName + "-control-plane"}},
-			Checks: clusterv1.MachineHealthCheckChecks{UnhealthyMachineConditions: []clusterv1.UnhealthyMachineCondition{{
-				Type: clusterv1.MachineInfrastructureReadyCondition, Status: metav1.ConditionFalse, TimeoutSeconds: ptr.To[int32](5),
-			}}},
-		},
-	}); err != nil {
+	if err := h.Client.Create(ctx, harness.SiteHealthCheck(ns, restoreHealthCheck, clusterName, clusterName+"-control-plane")); err != nil {
 		return err
 	}
 	lost, err := controlPlaneMachine(ctx, h.Client, clusterName)
