@@ -2,6 +2,7 @@ package fleetbench
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"sync"
@@ -51,10 +52,62 @@ type site struct {
 	name     string
 	dist     fleet.Distribution
 	ca, etcd *pki.KeyPair
-	listener net.Listener
+	listener *net.TCPListener
 
 	mu      sync.Mutex
 	cluster *fleet.Cluster
+	// bootErr is why the site could not boot (its listener is then closed: it cannot retry).
+	bootErr error
+	// refusing is closed to stop refuse; refused is closed when it returned.
+	refusing, refused chan struct{}
+	stopOnce          sync.Once
+}
+
+// newSite opens the site's API listener and refuses connections on it until the site boots.
+func newSite(name string, dist fleet.Distribution, ca, etcd *pki.KeyPair) (*site, error) {
+	ln, err := net.ListenTCP("tcp", &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1)})
+	if err != nil {
+		return nil, fmt.Errorf("listening for site %s: %w", name, err)
+	}
+	s := &site{name: name, dist: dist, ca: ca, etcd: etcd, listener: ln, refusing: make(chan struct{}), refused: make(chan struct{})}
+	go s.refuse()
+	return s, nil
+}
+
+// refuse closes every connection until the site boots, so that a client that tries the
+// endpoint of a machine not booted yet fails at once, as from a closed port, instead of waiting
+// out its timeout on a connection the kernel accepted for a listener nobody serves yet.
+func (s *site) refuse() {
+	defer close(s.refused)
+	for {
+		c, err := s.listener.Accept()
+		select {
+		case <-s.refusing:
+			if c != nil {
+				_ = c.Close()
+			}
+			return
+		default:
+		}
+		if err != nil {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return // closed
+		}
+		_ = c.Close()
+	}
+}
+
+// stopRefusing ends refuse: the deadline in the past wakes its Accept.
+func (s *site) stopRefusing() {
+	s.stopOnce.Do(func() {
+		close(s.refusing)
+		_ = s.listener.SetDeadline(time.Unix(1, 0))
+		<-s.refused
+		_ = s.listener.SetDeadline(time.Time{})
+	})
 }
 
 func (s *site) endpoint() clusterv1.APIEndpoint {
@@ -73,18 +126,27 @@ func (s *site) booted() *fleet.Cluster {
 func (s *site) boot(f *fleet.Fleet, namespace, machineName string) (*fleet.Cluster, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.cluster != nil {
-		return s.cluster, nil
+	if s.cluster != nil || s.bootErr != nil {
+		return s.cluster, s.bootErr
 	}
+	s.stopRefusing()
 	c, err := f.Add(fleet.ClusterSpec{
 		Namespace: namespace, Name: s.name, Distribution: s.dist, MachineName: machineName,
 		CA: s.ca, EtcdCA: s.etcd, APIListener: s.listener, KubernetesVersion: kubernetesVersion,
 	})
 	if err != nil {
-		return nil, err
+		s.bootErr = fmt.Errorf("site %s did not boot: %w", s.name, err)
+		return nil, s.bootErr
 	}
 	s.cluster = c
 	return c, nil
+}
+
+// failed returns why the site did not boot, or nil.
+func (s *site) failed() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.bootErr
 }
 
 // startCAPI runs Cluster API's core Cluster and Machine reconcilers (the packages Cluster API

@@ -3,6 +3,7 @@ package fleetbench
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"os/exec"
 	"sort"
@@ -159,9 +160,12 @@ func (b *bench) readiness(ctx context.Context) (ready int, notReady []string, er
 			ready++
 		}
 	}
-	for name := range b.sites {
+	for name, s := range b.sites {
 		if !seen[name] {
 			notReady = append(notReady, name+": no KairosControlPlane")
+		}
+		if err := s.failed(); err != nil {
+			notReady = append(notReady, err.Error())
 		}
 	}
 	sort.Strings(notReady)
@@ -169,9 +173,11 @@ func (b *bench) readiness(ctx context.Context) (ready int, notReady []string, er
 }
 
 // waitReady polls readiness (the bench's own reads, not counted) until every cluster is ready.
-func (b *bench) waitReady(ctx context.Context, timeout time.Duration) (int, error) {
-	deadline := time.Now().Add(timeout)
-	lastLog := time.Now()
+// It gives up when no cluster became ready for stall (a loaded machine only slows the start
+// down), or after limit.
+func (b *bench) waitReady(ctx context.Context, stall, limit time.Duration) (int, error) {
+	start := time.Now()
+	lastLog, progress, best := start, start, -1
 	for {
 		ready, notReady, err := b.readiness(ctx)
 		if err != nil {
@@ -180,13 +186,22 @@ func (b *bench) waitReady(ctx context.Context, timeout time.Duration) (int, erro
 		if len(notReady) == 0 {
 			return ready, nil
 		}
+		if ready > best {
+			best, progress = ready, time.Now()
+		}
+		for _, n := range notReady {
+			if strings.Contains(n, "did not boot") {
+				return ready, errors.New(n)
+			}
+		}
 		for m, p := range b.procs {
 			if exited, err := p.Exited(); exited {
 				return ready, fmt.Errorf("%s manager exited (%v); log: %s", m, err, p.LogPath)
 			}
 		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return ready, fmt.Errorf("%d of %d clusters ready after %s; first not ready: %s", ready, b.o.N, timeout, strings.Join(notReady[:min(5, len(notReady))], "; "))
+		if time.Since(progress) > stall || time.Since(start) > limit || ctx.Err() != nil {
+			return ready, fmt.Errorf("%d of %d clusters ready after %s (the last became ready %s ago); first not ready: %s",
+				ready, b.o.N, time.Since(start).Round(time.Second), time.Since(progress).Round(time.Second), strings.Join(notReady[:min(5, len(notReady))], "; "))
 		}
 		if time.Since(lastLog) > 30*time.Second {
 			b.o.Logf("%d of %d clusters ready", ready, b.o.N)

@@ -36,8 +36,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -109,13 +109,18 @@ type Options struct {
 	// Quiet is how long no write may arrive (outside leases) before the window starts.
 	// Default 10 s.
 	Quiet time.Duration
-	// ReadyTimeout bounds the wait for every cluster to be ready. Default 5 min + 0.5 s a
-	// cluster.
-	ReadyTimeout time.Duration
+	// ReadyStall is how long the wait for every cluster to be ready goes on without a cluster
+	// becoming ready before the run fails. Default 5 min. ReadyTimeout bounds the whole wait.
+	// Default 30 min + 3 s a cluster.
+	ReadyStall, ReadyTimeout time.Duration
 	// WorkDir receives binaries, kubeconfigs, logs and request traces. Default: a temporary
 	// folder, removed unless KeepWorkDir or the run failed.
 	WorkDir     string
 	KeepWorkDir bool
+	// FirstNodeAddress is the first node's address (the fleet's Options.FirstNodeAddress: each
+	// node's etcd member listens at its own address on port 2379, so two fleets running at
+	// once need ranges of their own). Default 127.102.0.1; the smoke test uses another.
+	FirstNodeAddress netip.Addr
 	// Logf reports progress. Default: discard.
 	Logf func(format string, args ...any)
 }
@@ -131,11 +136,17 @@ func (o *Options) defaults() error {
 	default:
 		return fmt.Errorf("distribution %q: want k0s, k3s or mixed", o.Distribution)
 	}
+	if !o.FirstNodeAddress.IsValid() {
+		o.FirstNodeAddress = netip.AddrFrom4([4]byte{127, 102, 0, 1})
+	}
 	if o.Quiet == 0 {
 		o.Quiet = 10 * time.Second
 	}
+	if o.ReadyStall == 0 {
+		o.ReadyStall = 5 * time.Minute
+	}
 	if o.ReadyTimeout == 0 {
-		o.ReadyTimeout = 5*time.Minute + time.Duration(o.N)*500*time.Millisecond
+		o.ReadyTimeout = 30*time.Minute + time.Duration(o.N)*3*time.Second
 	}
 	if o.Logf == nil {
 		o.Logf = func(string, ...any) {}
@@ -302,7 +313,7 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err := b.startAPIServer(res); err != nil {
 		return nil, err
 	}
-	if b.fleet, err = fleet.New(fleet.Options{Agents: []string{userAgent[ControlPlane], userAgent[Bootstrap]}}); err != nil {
+	if b.fleet, err = fleet.New(fleet.Options{FirstNodeAddress: o.FirstNodeAddress, Agents: []string{userAgent[ControlPlane], userAgent[Bootstrap]}}); err != nil {
 		return nil, err
 	}
 	if err := b.prepareSites(); err != nil {
@@ -325,8 +336,8 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	if err := b.createFixture(ctx); err != nil {
 		return res, err
 	}
-	o.Logf("waiting until every cluster is ready (timeout %s)", o.ReadyTimeout)
-	ready, err := b.waitReady(ctx, o.ReadyTimeout)
+	o.Logf("waiting until every cluster is ready (giving up after %s without progress)", o.ReadyStall)
+	ready, err := b.waitReady(ctx, o.ReadyStall, o.ReadyTimeout)
 	res.Ready = ready
 	if err != nil {
 		res.Problems = append(res.Problems, err.Error())
@@ -475,11 +486,11 @@ func (b *bench) prepareSites() error {
 		if err != nil {
 			return err
 		}
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		s, err := newSite(name, dist, ca, etcd)
 		if err != nil {
-			return fmt.Errorf("listening for site %s: %w", name, err)
+			return err
 		}
-		b.sites[name] = &site{name: name, dist: dist, ca: ca, etcd: etcd, listener: ln}
+		b.sites[name] = s
 	}
 	return nil
 }

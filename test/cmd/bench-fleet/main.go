@@ -4,7 +4,7 @@
 // and N simulated clusters (test/fleet), all on this machine. See test/bench/fleet.
 //
 //	go run ./cmd/bench-fleet [-n "250 500 1000"] [-distribution k0s|k3s|mixed]
-//	                         [-sync-period 0] [-window 0] [-out DIR] [-keep]
+//	                         [-sync-period 0] [-window 0] [-out DIR] [-keep] [-first-node-address 127.102.0.1]
 //
 // FLEET_N sets the default of -n. -sync-period passes --sync-period to both managers (0 keeps
 // their default, which is what the issue asks for; the table says which was used); -window is
@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"log"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -47,6 +48,7 @@ func run() error {
 	syncPeriod := flag.Duration("sync-period", 0, "--sync-period given to both managers (0: their default, as issue 35 asks; anything else is printed with the results)")
 	window := flag.Duration("window", 0, "steady-state measurement window (0: 1.1 × the sync period + 15 s)")
 	out := flag.String("out", "", "results folder (default <repo>/bin/bench-fleet/<UTC time>)")
+	firstNode := flag.String("first-node-address", "127.102.0.1", "first simulated node's address (each node's etcd listens at its own loopback address, port 2379; two benchmarks at once need separate ranges)")
 	keep := flag.Bool("keep", false, "keep each run's work folder (binaries, kubeconfigs, manager logs, request traces)")
 	flag.Parse()
 
@@ -60,6 +62,10 @@ func run() error {
 	}
 	if len(sizes) == 0 {
 		return fmt.Errorf("-n: no sizes")
+	}
+	firstNodeAddr, err := netip.ParseAddr(*firstNode)
+	if err != nil {
+		return fmt.Errorf("-first-node-address: %w", err)
 	}
 	if *out == "" {
 		root, err := framework.RepoRoot()
@@ -81,7 +87,7 @@ func run() error {
 	for _, n := range sizes {
 		logger.Printf("N=%d", n)
 		res, err := fleetbench.Run(ctx, fleetbench.Options{
-			N: n, Distribution: *dist, SyncPeriod: *syncPeriod, Window: *window, KeepWorkDir: *keep,
+			N: n, Distribution: *dist, SyncPeriod: *syncPeriod, Window: *window, KeepWorkDir: *keep, FirstNodeAddress: firstNodeAddr,
 			Logf: func(format string, args ...any) { logger.Printf(fmt.Sprintf("N=%d: ", n)+format, args...) },
 		})
 		if res != nil {
