@@ -35,6 +35,7 @@ import (
 // the simulation, outside the managers, like test/bench's proxy does for real API servers.
 type Stats struct {
 	Reads        uint64 // GET of one object or a list, discovery included
+	Probes       uint64 // of the Reads, GETs of the root path: Cluster API's ClusterCache health probe
 	Watches      uint64 // watch requests (each one a long-running stream)
 	Writes       uint64 // POST, PUT, PATCH, DELETE, whether they changed anything or not
 	NoOpWrites   uint64 // writes answered 200 that changed nothing (no new resourceVersion)
@@ -44,11 +45,11 @@ type Stats struct {
 }
 
 type stats struct {
-	reads, watches, writes, noOpWrites, unauthorized, protobuf, handshakes atomic.Uint64
+	reads, probes, watches, writes, noOpWrites, unauthorized, protobuf, handshakes atomic.Uint64
 }
 
 func (s *stats) snapshot() Stats {
-	return Stats{Reads: s.reads.Load(), Watches: s.watches.Load(), Writes: s.writes.Load(),
+	return Stats{Reads: s.reads.Load(), Probes: s.probes.Load(), Watches: s.watches.Load(), Writes: s.writes.Load(),
 		NoOpWrites: s.noOpWrites.Load(), Unauthorized: s.unauthorized.Load(), Protobuf: s.protobuf.Load(), Handshakes: s.handshakes.Load()}
 }
 
@@ -111,6 +112,9 @@ func (c *Cluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet {
 		if c.serveStatic(w, r) {
 			c.count(a, func(s *stats) *atomic.Uint64 { return &s.reads })
+			if strings.TrimSuffix(r.URL.Path, "/") == "" {
+				c.count(a, func(s *stats) *atomic.Uint64 { return &s.probes })
+			}
 			return
 		}
 	}

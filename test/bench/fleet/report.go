@@ -66,18 +66,18 @@ func WriteTable(w io.Writer, results []*Result) {
 			}
 			return fmt.Sprintf("%.3f (%.3f)", r.PerClusterPerResync(float64(ms.Workload.Writes)), r.PerClusterPerResync(float64(ms.Workload.NoOpWrites)))
 		})
-		row(string(m)+": workload reads/cluster/resync", func(r *Result) string {
+		row(string(m)+": workload reads besides health probes (probes)/cluster/resync", func(r *Result) string {
 			ms := r.Managers[m]
 			if ms == nil {
 				return "-"
 			}
-			return fmt.Sprintf("%.3f", r.PerClusterPerResync(float64(ms.Workload.Reads)))
+			return fmt.Sprintf("%.3f (%.3f)", r.PerClusterPerResync(float64(ms.Workload.Reads-ms.Workload.Probes)), r.PerClusterPerResync(float64(ms.Workload.Probes)))
 		})
 	}
 	row("etcd TLS handshakes/member/resync", func(r *Result) string { return fmt.Sprintf("%.3f", r.PerClusterPerResync(float64(r.Etcd.Handshakes))) })
 	row("etcd calls/member/resync", func(r *Result) string { return fmt.Sprintf("%.3f", r.PerClusterPerResync(float64(r.Etcd.Calls))) })
-	row("Cluster API core: workload reads/cluster/resync", func(r *Result) string {
-		return fmt.Sprintf("%.3f", r.PerClusterPerResync(float64(r.CAPIWorkload.Reads)))
+	row("Cluster API core: workload reads besides health probes (probes)/cluster/resync", func(r *Result) string {
+		return fmt.Sprintf("%.3f (%.3f)", r.PerClusterPerResync(float64(r.CAPIWorkload.Reads-r.CAPIWorkload.Probes)), r.PerClusterPerResync(float64(r.CAPIWorkload.Probes)))
 	})
 	row("load average (start / end of window)", func(r *Result) string { return r.Load[0] + " / " + r.Load[1] })
 	row("problems", func(r *Result) string { return fmt.Sprintf("%d", len(r.Problems)) })
@@ -94,9 +94,9 @@ func WriteDetails(w io.Writer, results []*Result) {
 				continue
 			}
 			fmt.Fprintf(w, "%s manager, args: %s\n", m, strings.Join(ms.Args, " "))
-			fmt.Fprintf(w, "  window: %d reconciles of %s; CPU %.2f s, RSS %.1f MiB; management %d writes (%d leases), %d reads; workload %d writes (%d no-op), %d reads, %d watches\n",
+			fmt.Fprintf(w, "  window: %d reconciles of %s; CPU %.2f s, RSS %.1f MiB; management %d writes (%d leases), %d reads; workload %d writes (%d no-op), %d reads (%d health probes), %d watches\n",
 				ms.Reconciles, controllerName[m], ms.CPUSeconds, float64(ms.RSS)/(1<<20), ms.Management.Writes, ms.ManagementLeases, ms.Management.Reads,
-				ms.Workload.Writes, ms.Workload.NoOpWrites, ms.Workload.Reads, ms.Workload.Watches)
+				ms.Workload.Writes, ms.Workload.NoOpWrites, ms.Workload.Reads, ms.Workload.Probes, ms.Workload.Watches)
 			for _, c := range ms.Management.Breakdown {
 				fmt.Fprintf(w, "    management %-50s %d\n", c.What, c.N)
 			}

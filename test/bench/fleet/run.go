@@ -786,13 +786,13 @@ func side(reqs []e2e.Request) e2e.Side {
 }
 
 func addStats(a, b fleet.Stats) fleet.Stats {
-	return fleet.Stats{Reads: a.Reads + b.Reads, Watches: a.Watches + b.Watches, Writes: a.Writes + b.Writes,
+	return fleet.Stats{Reads: a.Reads + b.Reads, Probes: a.Probes + b.Probes, Watches: a.Watches + b.Watches, Writes: a.Writes + b.Writes,
 		NoOpWrites: a.NoOpWrites + b.NoOpWrites, Unauthorized: a.Unauthorized + b.Unauthorized,
 		Protobuf: a.Protobuf + b.Protobuf, Handshakes: a.Handshakes + b.Handshakes}
 }
 
 func subStats(a, b fleet.Stats) fleet.Stats {
-	return fleet.Stats{Reads: a.Reads - b.Reads, Watches: a.Watches - b.Watches, Writes: a.Writes - b.Writes,
+	return fleet.Stats{Reads: a.Reads - b.Reads, Probes: a.Probes - b.Probes, Watches: a.Watches - b.Watches, Writes: a.Writes - b.Writes,
 		NoOpWrites: a.NoOpWrites - b.NoOpWrites, Unauthorized: a.Unauthorized - b.Unauthorized,
 		Protobuf: a.Protobuf - b.Protobuf, Handshakes: a.Handshakes - b.Handshakes}
 }
