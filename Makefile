@@ -160,6 +160,17 @@ BENCH_N ?= 200
 bench-e2e: ## Kairos bootstrap manager vs CABPK vs the write floor against one API server (BENCH_N=200, BENCH_FLAGS; not in make test).
 	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go run ./cmd/bench-e2e -n $(BENCH_N) $(BENCH_FLAGS)
 
+# FLEET_N are the fleet sizes make bench-fleet runs, one after the other; FLEET_FLAGS more flags
+# of test/cmd/bench-fleet (-distribution k0s|k3s|mixed, -sync-period, -window, -out, -keep). The
+# managers run at their default sync period unless FLEET_FLAGS sets -sync-period (the table says
+# which); the window is 1.1 sync periods + 15 s, so at the default (10m) each N takes 12 minutes
+# of measuring besides starting its clusters.
+FLEET_N ?= 250 500 1000
+
+.PHONY: bench-fleet
+bench-fleet: ## Control-plane and bootstrap managers' steady-state cost per single-node cluster, N clusters simulated by test/fleet (FLEET_N="250 500 1000", FLEET_FLAGS; not in make test).
+	export KUBEBUILDER_ASSETS="$$(./hack/envtest-assets.sh)"; cd test && go run ./cmd/bench-fleet -n "$(FLEET_N)" $(FLEET_FLAGS)
+
 ##@ Running
 
 # SANDBOX_ARGS are the sandbox's flags (-cluster NAME, -workers N). The sandbox is built and

@@ -35,6 +35,7 @@ import (
 // the simulation, outside the managers, like test/bench's proxy does for real API servers.
 type Stats struct {
 	Reads        uint64 // GET of one object or a list, discovery included
+	Probes       uint64 // of the Reads, GETs of the root path: Cluster API's ClusterCache health probe
 	Watches      uint64 // watch requests (each one a long-running stream)
 	Writes       uint64 // POST, PUT, PATCH, DELETE, whether they changed anything or not
 	NoOpWrites   uint64 // writes answered 200 that changed nothing (no new resourceVersion)
@@ -44,12 +45,21 @@ type Stats struct {
 }
 
 type stats struct {
-	reads, watches, writes, noOpWrites, unauthorized, protobuf, handshakes atomic.Uint64
+	reads, probes, watches, writes, noOpWrites, unauthorized, protobuf, handshakes atomic.Uint64
 }
 
 func (s *stats) snapshot() Stats {
-	return Stats{Reads: s.reads.Load(), Watches: s.watches.Load(), Writes: s.writes.Load(),
+	return Stats{Reads: s.reads.Load(), Probes: s.probes.Load(), Watches: s.watches.Load(), Writes: s.writes.Load(),
 		NoOpWrites: s.noOpWrites.Load(), Unauthorized: s.unauthorized.Load(), Protobuf: s.protobuf.Load(), Handshakes: s.handshakes.Load()}
+}
+
+// count adds one to the counter field picks, in the cluster's stats and in its client's (a,
+// nil without Options.Agents).
+func (c *Cluster) count(a *stats, field func(*stats) *atomic.Uint64) {
+	field(&c.stats).Add(1)
+	if a != nil {
+		field(a).Add(1)
+	}
 }
 
 // connAuth is the identity of one TLS connection, verified on its first request: a client
@@ -93,32 +103,36 @@ func (c *Cluster) authenticate(r *http.Request) error {
 }
 
 func (c *Cluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	a := c.agent(r)
 	if err := c.authenticate(r); err != nil {
-		c.stats.unauthorized.Add(1)
+		c.count(a, func(s *stats) *atomic.Uint64 { return &s.unauthorized })
 		writeStatus(w, &metav1.Status{Status: metav1.StatusFailure, Message: "Unauthorized", Reason: metav1.StatusReasonUnauthorized, Code: http.StatusUnauthorized})
 		return
 	}
 	if r.Method == http.MethodGet {
 		if c.serveStatic(w, r) {
-			c.stats.reads.Add(1)
+			c.count(a, func(s *stats) *atomic.Uint64 { return &s.reads })
+			if strings.TrimSuffix(r.URL.Path, "/") == "" {
+				c.count(a, func(s *stats) *atomic.Uint64 { return &s.probes })
+			}
 			return
 		}
 	}
 	req, err := c.parse(r)
 	if err != nil {
-		c.stats.reads.Add(1)
+		c.count(a, func(s *stats) *atomic.Uint64 { return &s.reads })
 		writeError(w, err)
 		return
 	}
 	switch {
 	case r.Method == http.MethodGet && req.name == "" && isWatch(r):
-		c.stats.watches.Add(1)
+		c.count(a, func(s *stats) *atomic.Uint64 { return &s.watches })
 		c.serveWatch(w, r, req)
 		return
 	case r.Method == http.MethodGet:
-		c.stats.reads.Add(1)
+		c.count(a, func(s *stats) *atomic.Uint64 { return &s.reads })
 	default:
-		c.stats.writes.Add(1)
+		c.count(a, func(s *stats) *atomic.Uint64 { return &s.writes })
 	}
 	data, err := c.serveREST(r, req)
 	if err != nil {
@@ -135,7 +149,7 @@ func (c *Cluster) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			writeError(w, err)
 			return
 		}
-		c.stats.protobuf.Add(1)
+		c.count(a, func(s *stats) *atomic.Uint64 { return &s.protobuf })
 		w.Header().Set("Content-Type", protobufType)
 		w.WriteHeader(code)
 		_, _ = w.Write(pb)
@@ -279,7 +293,7 @@ func (c *Cluster) serveREST(r *http.Request, req request) ([]byte, error) {
 		rvBefore := s.rv
 		data, err := c.update(req.res, req.namespace, req.name, o, req.subresource, false)
 		if err == nil && s.rv == rvBefore {
-			c.stats.noOpWrites.Add(1)
+			c.count(c.agent(r), func(s *stats) *atomic.Uint64 { return &s.noOpWrites })
 		}
 		return data, err
 	case http.MethodPatch:
@@ -290,7 +304,7 @@ func (c *Cluster) serveREST(r *http.Request, req request) ([]byte, error) {
 		rvBefore := s.rv
 		data, err := c.patch(req.res, req.namespace, req.name, types.PatchType(ct), body, req.subresource)
 		if err == nil && s.rv == rvBefore {
-			c.stats.noOpWrites.Add(1)
+			c.count(c.agent(r), func(s *stats) *atomic.Uint64 { return &s.noOpWrites })
 		}
 		return data, err
 	case http.MethodDelete:

@@ -107,6 +107,7 @@ func TestClusterCache(t *testing.T) {
 	}, 20*time.Second, 100*time.Millisecond, "the health probe passes")
 	st := site.Stats()
 	require.NotZero(t, st.Watches)
+	require.NotZero(t, st.Probes, "the health probe is counted")
 	require.Zero(t, st.Unauthorized)
 	t.Logf("workload requests while connecting and probing: %+v", st)
 }

@@ -112,16 +112,20 @@
 //     member struct, and only what kairos-capi calls is served (plus KV.Range, which KCP does
 //     not call).
 //
-// # Plugging into make bench-fleet (not done yet)
+// # Plugging into make bench-fleet
 //
-// A benchmark command (test/cmd/bench-fleet, like test/cmd/bench-e2e) will start a real
-// management API server (test/framework), Cluster API core, and the unmodified control-plane and
-// bootstrap managers as processes, start a Fleet in its own process, and create N Clusters
-// whose <cluster>-ca and <cluster>-etcd Secrets are the ones the fleet's clusters were given
-// (ClusterSpec.CA, EtcdCA), whose controlPlaneEndpoint is Cluster.Endpoint, and whose control
-// plane Machine's address is Cluster.NodeAddress (the test infrastructure provider sets
-// providerID and addresses as ClusterSpec does). Workload requests are counted here
-// (Cluster.Stats, EtcdStats) and management requests by test/bench/e2e's proxy, both outside the
-// managers, then divided per cluster per resync. Edge conditions (a share of sites refusing or
-// black-holed, per-site latency) belong in the listeners' accept path and the handler.
+// test/bench/fleet (`make bench-fleet`, test/cmd/bench-fleet) starts a real management API
+// server, Cluster API core and the benchmark's infrastructure provider in its own process, the
+// unmodified control-plane and bootstrap managers as processes, and a Fleet in its own process.
+// For each of N Clusters it makes the CAs first (NewCA: the <cluster>-ca and <cluster>-etcd
+// Secrets it creates) and opens the API server's listener (ClusterSpec.APIListener), whose
+// address is the Cluster's controlPlaneEndpoint; the fleet's cluster starts when the
+// control-plane Machine has bootstrap data, with MachineName the Machine's name, as a Kairos
+// node names itself after its Machine, and the infrastructure provider reports ProviderID,
+// NodeAddress and NodeName on the KairosSimMachine. Workload requests are counted here per
+// client (Options.Agents: the managers name themselves in their user agents), etcd handshakes
+// and calls per member (EtcdStats), management requests by test/bench/e2e's proxy, all outside
+// the managers, then divided per cluster per resync. Edge conditions (a share of sites refusing
+// or black-holed, per-site latency) belong in the listeners' accept path and the handler (not
+// done yet).
 package fleet

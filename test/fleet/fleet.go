@@ -60,6 +60,12 @@ type Options struct {
 	// BookmarkInterval is how often a watch that allows bookmarks gets one. Default a minute,
 	// the API server's watch cache's bookmark frequency.
 	BookmarkInterval time.Duration
+	// Agents, when set, also counts every cluster's requests per client: a request is counted
+	// for the first entry its User-Agent header contains, or for none of them (Cluster.AgentStats).
+	// Cluster API's clients name their manager in the user agent
+	// (remote.DefaultClusterAPIUserAgent), so the benchmark tells the control-plane manager's
+	// requests from the bootstrap manager's and Cluster API core's this way.
+	Agents []string
 }
 
 func (o *Options) defaults() {
@@ -135,6 +141,11 @@ type ClusterSpec struct {
 	EtcdCA *pki.KeyPair
 	// KubernetesVersion is what /version and the Node report. Default v1.34.1.
 	KubernetesVersion string
+	// APIListener, when set, is where the API server serves (the cluster takes it over and
+	// closes it with itself) instead of a new listener on Options.APIHost: a benchmark opens it
+	// first, to give the Cluster its controlPlaneEndpoint before the machine boots and its
+	// Node is named after the Machine.
+	APIListener net.Listener
 }
 
 // Cluster is one simulated workload cluster.
@@ -158,6 +169,8 @@ type Cluster struct {
 	closeOnce sync.Once
 
 	stats stats
+	// byAgent counts per Options.Agents entry, the last one for every other client.
+	byAgent []stats
 	etcdCounters
 }
 
@@ -189,6 +202,9 @@ func (f *Fleet) Add(spec ClusterSpec) (*Cluster, error) {
 	}
 	key := spec.Namespace + "/" + spec.Name
 	c := &Cluster{f: f, spec: spec, store: newStore(f.opts.WatchHistory), closing: make(chan struct{})}
+	if len(f.opts.Agents) > 0 {
+		c.byAgent = make([]stats, len(f.opts.Agents)+1)
+	}
 	switch spec.Distribution {
 	case K0s:
 		c.res = k0sResources
@@ -273,9 +289,11 @@ func (c *Cluster) start() error {
 	if err != nil {
 		return fmt.Errorf("the API server certificate: %w", err)
 	}
-	ln, err := net.Listen("tcp", net.JoinHostPort(f.opts.APIHost, "0"))
-	if err != nil {
-		return fmt.Errorf("listening for the API server: %w", err)
+	ln := c.spec.APIListener
+	if ln == nil {
+		if ln, err = net.Listen("tcp", net.JoinHostPort(f.opts.APIHost, "0")); err != nil {
+			return fmt.Errorf("listening for the API server: %w", err)
+		}
 	}
 	c.apiAddr = ln.Addr().String()
 	c.api = &http.Server{
@@ -439,6 +457,30 @@ func (c *Cluster) EtcdCA() pki.KeyPair { return c.etcdCA.kp }
 
 // Stats returns the API server's request counts.
 func (c *Cluster) Stats() Stats { return c.stats.snapshot() }
+
+// AgentStats returns the API server's request counts of the clients whose User-Agent contains
+// Options.Agents[i]; i == len(Options.Agents) counts every other client. Handshakes are not
+// split (a connection's client is known only from its first request); zero without Agents.
+func (c *Cluster) AgentStats(i int) Stats {
+	if i < 0 || i >= len(c.byAgent) {
+		return Stats{}
+	}
+	return c.byAgent[i].snapshot()
+}
+
+// agent is the stats of the client of r (Options.Agents), or nil.
+func (c *Cluster) agent(r *http.Request) *stats {
+	if len(c.byAgent) == 0 {
+		return nil
+	}
+	ua := r.UserAgent()
+	for i, a := range c.f.opts.Agents {
+		if strings.Contains(ua, a) {
+			return &c.byAgent[i]
+		}
+	}
+	return &c.byAgent[len(c.byAgent)-1]
+}
 
 // EtcdStats returns the etcd member's counts.
 func (c *Cluster) EtcdStats() EtcdStats {

@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"net/netip"
 	"strconv"
 	"sync/atomic"
@@ -384,4 +385,35 @@ func TestGivenCAs(t *testing.T) {
 	st, err := cl.Status(t.Context(), c.EtcdEndpoint())
 	require.NoError(t, err)
 	require.Equal(t, c.EtcdMemberID(), st.Leader)
+}
+
+// TestAgentsAndListener serves a cluster on a listener opened before it (a Cluster's endpoint
+// known before its machine boots) and counts its requests per client by user agent.
+func TestAgentsAndListener(t *testing.T) {
+	f := newFleet(t, 8, Options{Agents: []string{"manager-a", "manager-b"}})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	c, err := f.Add(ClusterSpec{Name: "site-1", APIListener: ln})
+	require.NoError(t, err)
+	require.Equal(t, ln.Addr().String(), c.Endpoint())
+	cfg, err := c.RESTConfig()
+	require.NoError(t, err)
+	get := func(agent string, n int) {
+		cfg := rest.CopyConfig(cfg)
+		cfg.UserAgent = agent
+		cs, err := kubernetes.NewForConfig(cfg)
+		require.NoError(t, err)
+		for range n {
+			_, err := cs.CoreV1().Nodes().Get(t.Context(), c.NodeName(), metav1.GetOptions{})
+			require.NoError(t, err)
+		}
+	}
+	get("kairos/v1 manager-a", 1)
+	get("x/v1 (linux/amd64) cluster.x-k8s.io/manager-b", 2)
+	get("someone-else", 3)
+	require.Equal(t, uint64(1), c.AgentStats(0).Reads)
+	require.Equal(t, uint64(2), c.AgentStats(1).Reads)
+	require.Equal(t, uint64(3), c.AgentStats(2).Reads)
+	require.Equal(t, uint64(6), c.Stats().Reads)
+	require.Zero(t, c.AgentStats(3).Reads)
 }

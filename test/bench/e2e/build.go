@@ -46,9 +46,9 @@ func CAPIVersion() (string, error) {
 	return strings.TrimSpace(string(out)), nil
 }
 
-// cacheDir is where built tools are kept between runs, next to the envtest binaries
+// CacheDir is where built tools are kept between runs, next to the envtest binaries
 // hack/envtest-assets.sh builds.
-func cacheDir() (string, error) {
+func CacheDir() (string, error) {
 	if d := os.Getenv("KAIROS_CAPI_CACHE"); d != "" {
 		return d, nil
 	}
@@ -65,7 +65,7 @@ func cacheDir() (string, error) {
 // not those our workspace would raise them to. Everything comes from the Go module proxy; no
 // code of cluster-api is kept outside the module cache. logf reports the slow first build.
 func BuildCABPK(version string, logf func(string, ...any)) (string, error) {
-	root, err := cacheDir()
+	root, err := CacheDir()
 	if err != nil {
 		return "", err
 	}
