@@ -33,7 +33,7 @@ CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 # that go test starts them first (longest first fills the slots best). README "Test times" has
 # the measurements.
 TEST_ALONE := ./lifecycle
-TEST_FIRST := ./clusterctl ./simnode ./cmd/sandbox ./bench/e2e
+TEST_FIRST := ./clusterctl ./simnode ./cmd/sandbox ./bench/e2e ./bench/fleet
 # TEST_ELSEWHERE run by targets of their own, not by make test: test/vsphere (make test-capv)
 # needs root, CAPV's manager built from source (13 minutes cold) and 10 to 20 minutes more (day 2),
 # which make test's time budget (issue 32) does not have yet.
