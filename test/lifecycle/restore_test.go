@@ -143,7 +143,7 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 			// A single-node site's lost node cannot report anything: the cluster's API server went
 			// with it, so no Node turns Unknown. The health check that remediates it looks at the
 			// Machine: its infrastructure is gone.
-			if err := c.h.Client.Create(c.ctx, harness.SiteHealthCheck(c.key.Namespace, "site", c.key.Name, c.key.Name)); err != nil {
+			if err := c.h.Client.Create(c.ctx, harness.SiteHealthCheck(c.key.Namespace, "site", c.key.Name, c.key.Name, 5*time.Second)); err != nil {
 				t.Fatal(err)
 			}
 			var taken string
@@ -191,6 +191,21 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 			gone := machines[0]
 			start := time.Now()
 			if err := c.h.Client.Delete(c.ctx, &infrav1.KairosSimMachine{ObjectMeta: metav1.ObjectMeta{Namespace: gone.Namespace, Name: gone.Spec.InfrastructureRef.Name}}); err != nil {
+				t.Fatal(err)
+			}
+			// Once the health check had the lost Machine remediated, it goes: it checks every
+			// Machine it selects, new ones too, whose InfrastructureReady is False until their
+			// infrastructure is provisioned, and its 5 s (short, for the test) would remediate a
+			// replacement still provisioning on a loaded machine, over and over (a real site's
+			// timeout exceeds its provisioning time: README, "Backups and restore").
+			framework.Eventually(t, simnode.NodeMonitorGracePeriod+waitScale, func() error {
+				m := c.machineByName(gone.Name)
+				if m != nil && m.DeletionTimestamp.IsZero() {
+					return fmt.Errorf("Machine %s is not remediated yet (%s)", gone.Name, c.kcpProblems())
+				}
+				return nil
+			})
+			if err := c.h.Client.Delete(c.ctx, &clusterv1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Namespace: c.key.Namespace, Name: "site"}}); err != nil {
 				t.Fatal(err)
 			}
 			// The replacement's node waits for the store, and the control plane says why.

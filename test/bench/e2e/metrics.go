@@ -3,6 +3,7 @@ package e2e
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -154,4 +155,30 @@ func RSS(pid int) (int64, error) {
 		}
 	}
 	return 0, fmt.Errorf("no VmRSS in /proc/%d/status", pid)
+}
+
+// CPUSeconds is a process' user and system CPU time so far (/proc/<pid>/stat, fields 14 and
+// 15, in clock ticks of 1/100 s: USER_HZ is 100 on every Linux architecture Go supports).
+func CPUSeconds(pid int) (float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2) is in parentheses and may hold spaces: count from after it.
+	s := string(data)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	f := strings.Fields(s[i+1:])
+	// f[0] is field 3 (state): utime is field 14, stime 15.
+	if len(f) < 13 {
+		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
+	}
+	ut, err1 := strconv.ParseUint(f[11], 10, 64)
+	st, err2 := strconv.ParseUint(f[12], 10, 64)
+	if err := errors.Join(err1, err2); err != nil {
+		return 0, err
+	}
+	return float64(ut+st) / 100, nil
 }

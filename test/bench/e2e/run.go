@@ -265,11 +265,11 @@ func Run(ctx context.Context, o Options) (res *Result, err error) {
 	b := &bench{o: o, specs: map[Provider]providerSpec{}}
 	defer func() {
 		if res != nil {
-			res.Load[1] = loadAverage()
+			res.Load[1] = LoadAverage()
 		}
 	}()
 	res = &Result{N: o.N, SyncPeriod: o.SyncPeriod, UnrelatedSecrets: o.UnrelatedSecrets, Quiet: o.Quiet, WorkDir: o.WorkDir,
-		byProvider: map[Provider]*ProviderResult{}, Load: [2]string{loadAverage()}}
+		byProvider: map[Provider]*ProviderResult{}, Load: [2]string{LoadAverage()}}
 	if err := b.build(res); err != nil {
 		return nil, err
 	}
@@ -821,8 +821,8 @@ func (b *bench) resyncWindow(ctx context.Context, spec providerSpec, namespace, 
 	return r, nil
 }
 
-// loadAverage returns the 1, 5 and 15 minute load averages, or "?".
-func loadAverage() string {
+// LoadAverage returns the 1, 5 and 15 minute load averages, or "?".
+func LoadAverage() string {
 	data, err := os.ReadFile("/proc/loadavg")
 	if err != nil {
 		return "?"

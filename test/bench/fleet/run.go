@@ -34,7 +34,6 @@ import (
 	"crypto/sha256"
 	"crypto/tls"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/netip"
@@ -675,7 +674,7 @@ type snapshot struct {
 func (b *bench) snapshot(ctx context.Context) (*snapshot, error) {
 	s := &snapshot{at: time.Now(), cpu: map[Manager]float64{}, workload: map[Manager]fleet.Stats{}, metrics: map[Manager][]e2e.Sample{}}
 	for i, m := range Managers {
-		cpu, err := CPUSeconds(b.procs[m].Pid())
+		cpu, err := e2e.CPUSeconds(b.procs[m].Pid())
 		if err != nil {
 			return nil, err
 		}
@@ -701,7 +700,7 @@ func (b *bench) snapshot(ctx context.Context) (*snapshot, error) {
 // measure counts everything over the window.
 func (b *bench) measure(ctx context.Context, res *Result) error {
 	b.o.Logf("measuring steady state for %s (sync period %s%s)", res.Window, res.SyncPeriod, map[bool]string{true: ", set by flag", false: ", the managers' default"}[res.SyncPeriodFlag])
-	res.Load[0] = loadAverage()
+	res.Load[0] = e2e.LoadAverage()
 	before, err := b.snapshot(ctx)
 	if err != nil {
 		return err
@@ -715,7 +714,7 @@ func (b *bench) measure(ctx context.Context, res *Result) error {
 	if err != nil {
 		return err
 	}
-	res.Load[1] = loadAverage()
+	res.Load[1] = e2e.LoadAverage()
 	for i, m := range Managers {
 		ms := res.Managers[m]
 		ms.CPUSeconds = after.cpu[m] - before.cpu[m]
@@ -795,45 +794,6 @@ func subStats(a, b fleet.Stats) fleet.Stats {
 	return fleet.Stats{Reads: a.Reads - b.Reads, Probes: a.Probes - b.Probes, Watches: a.Watches - b.Watches, Writes: a.Writes - b.Writes,
 		NoOpWrites: a.NoOpWrites - b.NoOpWrites, Unauthorized: a.Unauthorized - b.Unauthorized,
 		Protobuf: a.Protobuf - b.Protobuf, Handshakes: a.Handshakes - b.Handshakes}
-}
-
-// loadAverage returns the 1, 5 and 15 minute load averages, or "?".
-func loadAverage() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	f := strings.Fields(string(data))
-	if len(f) < 3 {
-		return "?"
-	}
-	return strings.Join(f[:3], " ")
-}
-
-// CPUSeconds is a process' user and system CPU time so far (/proc/<pid>/stat, fields 14 and
-// 15, in clock ticks of 1/100 s: USER_HZ is 100 on every Linux architecture Go supports).
-func CPUSeconds(pid int) (float64, error) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// The command name (field 2) is in parentheses and may hold spaces: count from after it.
-	s := string(data)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	f := strings.Fields(s[i+1:])
-	// f[0] is field 3 (state): utime is field 14, stime 15.
-	if len(f) < 13 {
-		return 0, fmt.Errorf("unexpected /proc/%d/stat", pid)
-	}
-	ut, err1 := strconv.ParseUint(f[11], 10, 64)
-	st, err2 := strconv.ParseUint(f[12], 10, 64)
-	if err := errors.Join(err1, err2); err != nil {
-		return 0, err
-	}
-	return float64(ut+st) / 100, nil
 }
 
 // sortedNames returns the sites' names in order.

@@ -30,6 +30,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -260,6 +261,13 @@ func run(clusterName string, workers int64, inPlace, restore bool, infra string)
 		WaitProviders: false,
 	}); err != nil {
 		return fmt.Errorf("clusterctl init: %w", err)
+	}
+
+	// clusterctl init returns once the providers' objects are created, not once their kinds are
+	// served; the controllers set up below map their kinds as they start, and a kind discovery did
+	// not list yet failed the sandbox ("no matches for kind KairosSimMachineList").
+	if err := waitEstablished(ctx, env.Client, nil); err != nil {
+		return err
 	}
 
 	// The installed webhook configurations call Services nobody backs here: point them at
@@ -559,21 +567,41 @@ func applyToWorkloadCluster(ctx context.Context, mgmt client.Client, clusterName
 			crds = append(crds, obj.GetName())
 		}
 	}
-	for _, name := range crds {
-		for {
-			crd := &unstructured.Unstructured{}
-			crd.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinition"))
-			if err := wl.Get(ctx, client.ObjectKey{Name: name}, crd); err == nil && crdEstablished(crd) {
-				break
+	return waitEstablished(ctx, wl, crds)
+}
+
+// waitEstablished waits until the CustomResourceDefinitions of names (every one, when names is
+// empty) are established (kubectl wait --for condition=established): their kinds are served,
+// and discovery, which controllers map kinds with when they are set up, has them.
+func waitEstablished(ctx context.Context, c client.Client, names []string) error {
+	gvk := apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinitionList")
+	for {
+		list := &unstructured.UnstructuredList{}
+		list.SetGroupVersionKind(gvk)
+		err := c.List(ctx, list)
+		pending := len(names) > 0
+		if err == nil {
+			pending = false
+			seen := map[string]bool{}
+			for i := range list.Items {
+				seen[list.Items[i].GetName()] = true
+				if (len(names) == 0 || slices.Contains(names, list.Items[i].GetName())) && !crdEstablished(&list.Items[i]) {
+					pending = true
+				}
 			}
-			select {
-			case <-ctx.Done():
-				return ctx.Err()
-			case <-time.After(500 * time.Millisecond):
+			for _, n := range names {
+				pending = pending || !seen[n]
 			}
 		}
+		if err == nil && !pending {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	return nil
 }
 
 func crdEstablished(crd *unstructured.Unstructured) bool {

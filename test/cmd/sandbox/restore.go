@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -35,6 +36,11 @@ const (
 	restoreSecret      = "sandbox-snapshots-s3"
 	restoreConfigMap   = "written-before-the-loss"
 	restoreHealthCheck = "single-node-site"
+	// restoreHealthTimeout is short for the demonstration, and the health check goes once it
+	// had the lost Machine remediated: Cluster API checks the replacement too, whose
+	// InfrastructureReady is False until it is provisioned, which on a loaded machine took
+	// longer than that. A real site's timeout exceeds its infrastructure's provisioning time.
+	restoreHealthTimeout = 5 * time.Second
 )
 
 type restoreDemo struct{ store *objectstore.Store }
@@ -131,8 +137,8 @@ func (d *restoreDemo) run(ctx context.Context, h *harness.Harness, clusterName s
 
 	// A single-node site's lost node reports nothing (the cluster's API server went with it): its
 	// MachineHealthCheck watches the Machine's infrastructure (README, "Backups and restore").
-	say("Restore: a MachineHealthCheck on the Machine's InfrastructureReady condition")
-	if err := h.Client.Create(ctx, harness.SiteHealthCheck(ns, restoreHealthCheck, clusterName, clusterName+"-control-plane")); err != nil {
+	say("Restore: a MachineHealthCheck on the Machine's InfrastructureReady condition (False for %s)", restoreHealthTimeout)
+	if err := h.Client.Create(ctx, harness.SiteHealthCheck(ns, restoreHealthCheck, clusterName, clusterName+"-control-plane", restoreHealthTimeout)); err != nil {
 		return err
 	}
 	lost, err := controlPlaneMachine(ctx, h.Client, clusterName)
@@ -144,6 +150,20 @@ func (d *restoreDemo) run(ctx context.Context, h *harness.Harness, clusterName s
 		return err
 	}
 	start := time.Now()
+	if err := poll(ctx, func() (bool, error) {
+		m := &clusterv1.Machine{}
+		err := h.Client.Get(ctx, client.ObjectKeyFromObject(lost), m)
+		if apierrors.IsNotFound(err) {
+			return true, nil
+		}
+		return err == nil && !m.DeletionTimestamp.IsZero(), err
+	}); err != nil {
+		return err
+	}
+	say("Restore: Machine %s is remediated; the health check goes (kubectl delete machinehealthcheck %s): a real site keeps its own, with a timeout above its provisioning time", lost.Name, restoreHealthCheck)
+	if err := h.Client.Delete(ctx, &clusterv1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: restoreHealthCheck}}); err != nil {
+		return err
+	}
 	kcp := &controlplanev1.KairosControlPlane{}
 	last := ""
 	if err := poll(ctx, func() (bool, error) {
