@@ -43,38 +43,59 @@ func PointWebhooks(ctx context.Context, c client.Client, label string, port int,
 		return true, nil
 	}
 	selector := client.MatchingLabels{clusterv1.ProviderNameLabel: label}
-	mutating := &admissionv1.MutatingWebhookConfigurationList{}
-	if err := c.List(ctx, mutating, selector); err != nil {
+	n, err := RepointWebhookConfigurations(ctx, c, nil, point, selector)
+	if err != nil {
 		return err
 	}
-	validating := &admissionv1.ValidatingWebhookConfigurationList{}
-	if err := c.List(ctx, validating, selector); err != nil {
-		return err
-	}
-	if len(mutating.Items)+len(validating.Items) == 0 {
+	if n == 0 {
 		return fmt.Errorf("no webhook configurations of %s installed", label)
 	}
+	return pointExtensionConfigs(ctx, c, selector, "https://127.0.0.1:"+strconv.Itoa(port), caBundle)
+}
+
+// RepointWebhookConfigurations rewrites, with point, the client configuration of every webhook
+// of the mutating and validating webhook configurations listed with opts that match accepts
+// (nil: all), dropping the webhooks point declines, and returns how many configurations it
+// updated.
+func RepointWebhookConfigurations(ctx context.Context, c client.Client, match func(client.Object) bool, point func(*admissionv1.WebhookClientConfig) (bool, error), opts ...client.ListOption) (int, error) {
+	mutating := &admissionv1.MutatingWebhookConfigurationList{}
+	if err := c.List(ctx, mutating, opts...); err != nil {
+		return 0, err
+	}
+	validating := &admissionv1.ValidatingWebhookConfigurationList{}
+	if err := c.List(ctx, validating, opts...); err != nil {
+		return 0, err
+	}
+	n := 0
 	for i := range mutating.Items {
 		w := &mutating.Items[i]
+		if match != nil && !match(w) {
+			continue
+		}
 		var err error
 		if w.Webhooks, err = pointHooks(w.Webhooks, func(h *admissionv1.MutatingWebhook) *admissionv1.WebhookClientConfig { return &h.ClientConfig }, point); err != nil {
-			return err
+			return n, err
 		}
 		if err := c.Update(ctx, w); err != nil {
-			return err
+			return n, err
 		}
+		n++
 	}
 	for i := range validating.Items {
 		w := &validating.Items[i]
+		if match != nil && !match(w) {
+			continue
+		}
 		var err error
 		if w.Webhooks, err = pointHooks(w.Webhooks, func(h *admissionv1.ValidatingWebhook) *admissionv1.WebhookClientConfig { return &h.ClientConfig }, point); err != nil {
-			return err
+			return n, err
 		}
 		if err := c.Update(ctx, w); err != nil {
-			return err
+			return n, err
 		}
+		n++
 	}
-	return pointExtensionConfigs(ctx, c, selector, "https://127.0.0.1:"+strconv.Itoa(port), caBundle)
+	return n, nil
 }
 
 // extensionConfigListGVK is Cluster API's runtime-extension registration list, read unstructured

@@ -126,12 +126,21 @@ func ReconcileResults(samples []Sample, controller string) map[string]int {
 // ClientWrites is client-go's own count of the mutating requests it sent to host
 // (rest_client_requests_total by method), the cross-check of the proxy's count.
 func ClientWrites(samples []Sample, host string) int {
+	return ClientRequests(samples, func(h string) bool { return h == host }, true)
+}
+
+// ClientRequests is client-go's own count of the requests it sent to the hosts hosts accepts,
+// only the mutating ones with writes.
+func ClientRequests(samples []Sample, hosts func(string) bool, writes bool) int {
 	return int(Sum(samples, "rest_client_requests_total", func(l map[string]string) bool {
+		if !hosts(l["host"]) {
+			return false
+		}
 		switch l["method"] {
 		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-			return l["host"] == host
+			return true
 		}
-		return false
+		return !writes
 	}))
 }
 

@@ -542,8 +542,8 @@ func (b *bench) runProvider(ctx context.Context, p Provider) (*ProviderResult, e
 		pr.Seconds = last.Sub(start).Seconds()
 	}
 	end := waitQuiet(ctx, b.o.Quiet, time.Minute, mgmt, wl)
-	pr.Management = side(mgmt.Between(start, end))
-	pr.Workload = side(wl.Between(start, end))
+	pr.Management = SideOf(mgmt.Between(start, end))
+	pr.Workload = SideOf(wl.Between(start, end))
 	pr.Problems = append(pr.Problems, verifyData(ctx, b.client, spec.kind, namespace, b.o.N)...)
 
 	if !spec.manager {
@@ -834,7 +834,9 @@ func LoadAverage() string {
 	return strings.Join(f[:3], " ")
 }
 
-func side(reqs []Request) Side {
+// SideOf counts the writes and reads of one side's requests, with their breakdown; ClientWrites
+// is left to the caller (-1: not scraped).
+func SideOf(reqs []Request) Side {
 	s := Side{ClientWrites: -1, Breakdown: Breakdown(reqs, nil)}
 	for _, r := range reqs {
 		switch {

@@ -63,6 +63,7 @@ import (
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	cpsetup "github.com/kairos-capi/kairos-capi/controlplane/setup"
 	"github.com/kairos-capi/kairos-capi/test/bench/e2e"
+	"github.com/kairos-capi/kairos-capi/test/clusterctlrepo"
 	"github.com/kairos-capi/kairos-capi/test/fleet"
 	"github.com/kairos-capi/kairos-capi/test/framework"
 	"github.com/kairos-capi/kairos-capi/test/infrastructure"
@@ -558,48 +559,19 @@ func (b *bench) startManagers(ctx context.Context, bins map[Manager]string, res 
 // pointWebhooks moves the webhooks of the configurations named with prefix (framework.Start
 // names them after the provider's folder) from envtest's local port to port.
 func (b *bench) pointWebhooks(ctx context.Context, prefix string, from, to int) error {
-	repoint := func(cc *admissionv1.WebhookClientConfig) {
-		if cc.URL != nil {
-			u := strings.Replace(*cc.URL, ":"+strconv.Itoa(from)+"/", ":"+strconv.Itoa(to)+"/", 1)
-			cc.URL = &u
-		}
-	}
-	mutating := &admissionv1.MutatingWebhookConfigurationList{}
-	if err := b.client.List(ctx, mutating); err != nil {
+	n, err := clusterctlrepo.RepointWebhookConfigurations(ctx, b.client,
+		func(o client.Object) bool { return strings.HasPrefix(o.GetName(), prefix) },
+		func(cc *admissionv1.WebhookClientConfig) (bool, error) {
+			if cc.URL != nil {
+				u := strings.Replace(*cc.URL, ":"+strconv.Itoa(from)+"/", ":"+strconv.Itoa(to)+"/", 1)
+				cc.URL = &u
+			}
+			return true, nil
+		})
+	if err != nil {
 		return err
 	}
-	found := 0
-	for i := range mutating.Items {
-		w := &mutating.Items[i]
-		if !strings.HasPrefix(w.Name, prefix) {
-			continue
-		}
-		for j := range w.Webhooks {
-			repoint(&w.Webhooks[j].ClientConfig)
-		}
-		if err := b.client.Update(ctx, w); err != nil {
-			return err
-		}
-		found++
-	}
-	validating := &admissionv1.ValidatingWebhookConfigurationList{}
-	if err := b.client.List(ctx, validating); err != nil {
-		return err
-	}
-	for i := range validating.Items {
-		w := &validating.Items[i]
-		if !strings.HasPrefix(w.Name, prefix) {
-			continue
-		}
-		for j := range w.Webhooks {
-			repoint(&w.Webhooks[j].ClientConfig)
-		}
-		if err := b.client.Update(ctx, w); err != nil {
-			return err
-		}
-		found++
-	}
-	if found == 0 {
+	if n == 0 {
 		return fmt.Errorf("no webhook configurations named %s*", prefix)
 	}
 	return nil
@@ -722,7 +694,7 @@ func (b *bench) measure(ctx context.Context, res *Result) error {
 			return err
 		}
 		reqs := b.proxies[m].Between(before.at, after.at)
-		ms.Management = side(reqs)
+		ms.Management = e2e.SideOf(reqs)
 		for _, r := range reqs {
 			if r.IsWrite() && r.Resource == "leases" {
 				ms.ManagementLeases++
@@ -739,13 +711,16 @@ func (b *bench) measure(ctx context.Context, res *Result) error {
 			wlAll += st.Reads + st.Watches + st.Writes + st.Unauthorized
 		}
 		host := b.proxies[m].Host()
+		// Everything the manager's clients sent elsewhere than the management proxy went to its
+		// workload clusters.
+		notHost := func(h string) bool { return h != host }
 		ms.WholeRun = Crosscheck{
 			ManagementWrites:       e2e.Writes(all),
 			ManagementClientWrites: e2e.ClientWrites(after.metrics[m], host),
 			WorkloadWrites:         int(wl),
-			WorkloadClientWrites:   clientRequestsExcept(after.metrics[m], host, true),
+			WorkloadClientWrites:   e2e.ClientRequests(after.metrics[m], notHost, true),
 			WorkloadRequests:       int(wlAll),
-			WorkloadClientRequests: clientRequestsExcept(after.metrics[m], host, false),
+			WorkloadClientRequests: e2e.ClientRequests(after.metrics[m], notHost, false),
 		}
 	}
 	res.CAPIWorkload = subStats(after.capi, before.capi)
@@ -754,34 +729,6 @@ func (b *bench) measure(ctx context.Context, res *Result) error {
 		res.Unauthorized += c.Stats().Unauthorized
 	}
 	return nil
-}
-
-// clientRequestsExcept is client-go's count of the requests (writes only, with writes) a
-// manager sent to every host but host: its workload clusters.
-func clientRequestsExcept(samples []e2e.Sample, host string, writes bool) int {
-	return int(e2e.Sum(samples, "rest_client_requests_total", func(l map[string]string) bool {
-		if l["host"] == host {
-			return false
-		}
-		switch l["method"] {
-		case http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete:
-			return true
-		}
-		return !writes
-	}))
-}
-
-func side(reqs []e2e.Request) e2e.Side {
-	s := e2e.Side{ClientWrites: -1, Breakdown: e2e.Breakdown(reqs, nil)}
-	for _, r := range reqs {
-		switch {
-		case r.IsWrite():
-			s.Writes++
-		case r.Verb == "get" || r.Verb == "list":
-			s.Reads++
-		}
-	}
-	return s
 }
 
 func addStats(a, b fleet.Stats) fleet.Stats {

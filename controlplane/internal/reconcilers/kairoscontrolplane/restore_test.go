@@ -1,15 +1,9 @@
 package kairoscontrolplane
 
 import (
-	"encoding/pem"
 	"errors"
-	"fmt"
-	"net/http"
-	"net/http/httptest"
-	"net/url"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -138,28 +132,13 @@ func TestReconcileEtcdRestore(t *testing.T) {
 // created says nothing of the store the restore needs, and the EtcdRestored condition says what
 // the store answers now (every snapshotRestoreListInterval), not what it answered minutes ago.
 func TestReconcileEtcdSnapshotsWhileRestoring(t *testing.T) {
-	var requests atomic.Int32
-	var down atomic.Bool
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		if down.Load() {
-			w.WriteHeader(http.StatusServiceUnavailable)
-			return
-		}
-		fmt.Fprintf(w, `<ListBucketResult><Contents><Key>%s%s-m0-1764403200</Key><Size>9</Size></Contents></ListBucketResult>`, r.URL.Query().Get("prefix"), clusterName)
-	}))
-	defer srv.Close()
-	u, _ := url.Parse(srv.URL)
-
 	ctx := testContext(t)
 	f := newFixture(t)
 	restoringControlPlane(f)
-	f.kcp.Spec.Etcd.Snapshots.S3.Endpoint = u.Host
-	f.kcp.Spec.Etcd.Snapshots.S3.CABundle = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	store := serveStore(t, f, "m0")
+	requests, down := &store.requests, &store.down
 	e := f.build()
-	if err := e.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "s3"}, Data: map[string][]byte{
-		bootstrapv1.EtcdSnapshotAccessKeyIDKey: []byte("AKIAFIXTURE"), bootstrapv1.EtcdSnapshotSecretAccessKeyKey: []byte("fixture-secret"),
-	}}); err != nil {
+	if err := e.c.Create(ctx, s3Secret()); err != nil {
 		t.Fatal(err)
 	}
 	// The last listing, a good one, was taken before the lost Machine's replacement (m1,
@@ -204,25 +183,15 @@ func TestReconcileEtcdSnapshotsWhileRestoring(t *testing.T) {
 // snapshotRestoreListInterval: the listing from when the cluster was new (no snapshot yet) must
 // not hold the replacement back for the whole snapshotListInterval once a snapshot is there.
 func TestReconcileEtcdSnapshotsBeforeRemediatingTheLastMachine(t *testing.T) {
-	var requests atomic.Int32
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		fmt.Fprintf(w, `<ListBucketResult><Contents><Key>%s%s-m1-1764403200</Key><Size>9</Size></Contents></ListBucketResult>`, r.URL.Query().Get("prefix"), clusterName)
-	}))
-	defer srv.Close()
-	u, _ := url.Parse(srv.URL)
-
 	ctx := testContext(t)
 	f := newFixture(t)
 	f.replicas(1)
 	f.kcp.Spec.Etcd.Snapshots = testSnapshots()
-	f.kcp.Spec.Etcd.Snapshots.S3.Endpoint = u.Host
-	f.kcp.Spec.Etcd.Snapshots.S3.CABundle = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	store := serveStore(t, f, "m1")
+	requests := &store.requests
 	f.machine("m1", time.Hour, unhealthy())
 	e := f.build()
-	if err := e.c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "s3"}, Data: map[string][]byte{
-		bootstrapv1.EtcdSnapshotAccessKeyIDKey: []byte("AKIAFIXTURE"), bootstrapv1.EtcdSnapshotSecretAccessKeyKey: []byte("fixture-secret"),
-	}}); err != nil {
+	if err := e.c.Create(ctx, s3Secret()); err != nil {
 		t.Fatal(err)
 	}
 	// Listed a moment ago, before the first snapshot.

@@ -100,23 +100,11 @@ func TestSetEtcdSnapshotsStatus(t *testing.T) {
 // reconcileEtcdSnapshots lists the store with the credentials Secret, at most once per
 // snapshotListInterval, and says which Secret or key is missing without any value.
 func TestReconcileEtcdSnapshots(t *testing.T) {
-	var requests atomic.Int32
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		requests.Add(1)
-		if !strings.Contains(r.Header.Get("Authorization"), "Credential=AKIAFIXTURE/") {
-			w.WriteHeader(http.StatusForbidden)
-			return
-		}
-		fmt.Fprintf(w, `<ListBucketResult><Contents><Key>%s%s-m1-1764403200</Key><Size>9</Size></Contents></ListBucketResult>`, r.URL.Query().Get("prefix"), clusterName)
-	}))
-	defer srv.Close()
-	u, _ := url.Parse(srv.URL)
-
 	ctx := testContext(t)
 	f := newFixture(t)
 	hourlySnapshots(f)
-	f.kcp.Spec.Etcd.Snapshots.S3.Endpoint = u.Host
-	f.kcp.Spec.Etcd.Snapshots.S3.CABundle = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	store := serveStore(t, f, "m1")
+	requests := &store.requests
 	e := f.build()
 
 	s := e.scope(ctx)
@@ -127,9 +115,8 @@ func TestReconcileEtcdSnapshots(t *testing.T) {
 		t.Fatalf("without the Secret: %v, %d requests", s.snapshots.err, requests.Load())
 	}
 
-	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "s3"}, Data: map[string][]byte{
-		bootstrapv1.EtcdSnapshotAccessKeyIDKey: []byte("AKIAFIXTURE\n"), bootstrapv1.EtcdSnapshotSecretAccessKeyKey: []byte("fixture-secret"),
-	}}
+	secret := s3Secret()
+	secret.Data[bootstrapv1.EtcdSnapshotAccessKeyIDKey] = []byte("AKIAFIXTURE\n") // as written by echo: trimmed
 	if err := e.c.Create(ctx, secret); err != nil {
 		t.Fatal(err)
 	}
@@ -204,4 +191,41 @@ func TestSnapshotListingsForgetWhatNoOneAsksFor(t *testing.T) {
 	if _, ok := c.m["other"]; !ok {
 		t.Error("a listing put less than its interval ago was dropped")
 	}
+}
+
+// fakeStore is an S3 endpoint for the control plane's listings: it counts them, answers 503
+// while down, 403 to any access key but s3Secret's, and otherwise lists one snapshot of a node.
+type fakeStore struct {
+	requests atomic.Int32
+	down     atomic.Bool
+}
+
+// serveStore starts a fakeStore listing a snapshot of node and points f's spec.etcd.snapshots
+// (set already) at it, trusting its certificate.
+func serveStore(t *testing.T, f *fixture, node string) *fakeStore {
+	t.Helper()
+	st := &fakeStore{}
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		st.requests.Add(1)
+		switch {
+		case st.down.Load():
+			w.WriteHeader(http.StatusServiceUnavailable)
+		case !strings.Contains(r.Header.Get("Authorization"), "Credential=AKIAFIXTURE/"):
+			w.WriteHeader(http.StatusForbidden)
+		default:
+			fmt.Fprintf(w, `<ListBucketResult><Contents><Key>%s%s-%s-1764403200</Key><Size>9</Size></Contents></ListBucketResult>`, r.URL.Query().Get("prefix"), clusterName, node)
+		}
+	}))
+	t.Cleanup(srv.Close)
+	u, _ := url.Parse(srv.URL)
+	f.kcp.Spec.Etcd.Snapshots.S3.Endpoint = u.Host
+	f.kcp.Spec.Etcd.Snapshots.S3.CABundle = string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	return st
+}
+
+// s3Secret is the credentials Secret (testSnapshots' "s3") that a fakeStore accepts.
+func s3Secret() *corev1.Secret {
+	return &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "s3"}, Data: map[string][]byte{
+		bootstrapv1.EtcdSnapshotAccessKeyIDKey: []byte("AKIAFIXTURE"), bootstrapv1.EtcdSnapshotSecretAccessKeyKey: []byte("fixture-secret"),
+	}}
 }
