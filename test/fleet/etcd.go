@@ -219,13 +219,14 @@ func (x *kv) Range(ctx context.Context, req *pb.RangeRequest) (*pb.RangeResponse
 	return &pb.RangeResponse{Header: m.header(c)}, nil
 }
 
-// EtcdStats counts what a cluster's etcd member saw: TLS handshakes (one per client connection)
-// and calls.
+// EtcdStats counts what a cluster's etcd member saw: TLS handshakes (one per client connection),
+// those of them that resumed an earlier session, and calls.
 type EtcdStats struct {
 	Handshakes uint64
+	Resumed    uint64
 	Calls      uint64
 }
 
 type etcdCounters struct {
-	etcdHandshakes, etcdCalls atomic.Uint64
+	etcdHandshakes, etcdResumed, etcdCalls atomic.Uint64
 }

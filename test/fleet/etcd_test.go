@@ -129,3 +129,34 @@ func TestEtcdMember(t *testing.T) {
 	// Refused handshakes are handshakes too: the benchmark counts them per member.
 	require.GreaterOrEqual(t, c.EtcdStats().Handshakes, uint64(4))
 }
+
+// TestEtcdMemberCountsResumedSessions: a client that keeps its TLS sessions (as the control
+// plane does per cluster) resumes on its next connection, and the member counts it apart from
+// the full handshakes.
+func TestEtcdMemberCountsResumedSessions(t *testing.T) {
+	f := newFleet(t, 1, Options{})
+	c, err := f.Add(ClusterSpec{Name: "site-1"})
+	require.NoError(t, err)
+	cert, err := c.EtcdClientCertificate("kairos-capi-controlplane")
+	require.NoError(t, err)
+	pair, err := tls.X509KeyPair(cert.Cert, cert.Key)
+	require.NoError(t, err)
+	roots := x509.NewCertPool()
+	require.True(t, roots.AppendCertsFromPEM(c.EtcdCA().Cert))
+	sessions := tls.NewLRUClientSessionCache(4)
+	for range 2 {
+		cl, err := clientv3.New(clientv3.Config{
+			Endpoints: []string{c.EtcdEndpoint()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+			TLS: &tls.Config{MinVersion: tls.VersionTLS12, Certificates: []tls.Certificate{pair}, RootCAs: roots, ClientSessionCache: sessions},
+		})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		_, err = cl.MemberList(ctx, clientv3.WithSerializable())
+		cancel()
+		require.NoError(t, err)
+		require.NoError(t, cl.Close())
+	}
+	s := c.EtcdStats()
+	require.Equal(t, uint64(2), s.Handshakes)
+	require.Equal(t, uint64(1), s.Resumed, "the second connection resumes the first one's session")
+}

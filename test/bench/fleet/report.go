@@ -74,7 +74,9 @@ func WriteTable(w io.Writer, results []*Result) {
 			return fmt.Sprintf("%.3f (%.3f)", r.PerClusterPerResync(float64(ms.Workload.Reads-ms.Workload.Probes)), r.PerClusterPerResync(float64(ms.Workload.Probes)))
 		})
 	}
-	row("etcd TLS handshakes/member/resync", func(r *Result) string { return fmt.Sprintf("%.3f", r.PerClusterPerResync(float64(r.Etcd.Handshakes))) })
+	row("etcd TLS handshakes (full ones)/member/resync", func(r *Result) string {
+		return fmt.Sprintf("%.3f (%.3f)", r.PerClusterPerResync(float64(r.Etcd.Handshakes)), r.PerClusterPerResync(float64(r.Etcd.Handshakes-r.Etcd.Resumed)))
+	})
 	row("etcd calls/member/resync", func(r *Result) string { return fmt.Sprintf("%.3f", r.PerClusterPerResync(float64(r.Etcd.Calls))) })
 	row("Cluster API core: workload reads besides health probes (probes)/cluster/resync", func(r *Result) string {
 		return fmt.Sprintf("%.3f (%.3f)", r.PerClusterPerResync(float64(r.CAPIWorkload.Reads-r.CAPIWorkload.Probes)), r.PerClusterPerResync(float64(r.CAPIWorkload.Probes)))
@@ -104,7 +106,7 @@ func WriteDetails(w io.Writer, results []*Result) {
 			fmt.Fprintf(w, "  whole run, counted outside / by the manager (rest_client_requests_total): management writes %d / %d, workload writes %d / %d, workload requests %d / %d\n",
 				x.ManagementWrites, x.ManagementClientWrites, x.WorkloadWrites, x.WorkloadClientWrites, x.WorkloadRequests, x.WorkloadClientRequests)
 		}
-		fmt.Fprintf(w, "etcd in the window: %d handshakes, %d calls over %d members\n", r.Etcd.Handshakes, r.Etcd.Calls, r.N)
+		fmt.Fprintf(w, "etcd in the window: %d handshakes (%d resumed), %d calls over %d members\n", r.Etcd.Handshakes, r.Etcd.Resumed, r.Etcd.Calls, r.N)
 		fmt.Fprintf(w, "Cluster API core in the window: workload %d reads, %d writes, %d watches\n", r.CAPIWorkload.Reads, r.CAPIWorkload.Writes, r.CAPIWorkload.Watches)
 		fmt.Fprintf(w, "workload requests refused (401) over the run: %d\n", r.Unauthorized)
 		for _, p := range r.Problems {

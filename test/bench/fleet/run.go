@@ -664,6 +664,7 @@ func (b *bench) snapshot(ctx context.Context) (*snapshot, error) {
 		s.capi = addStats(s.capi, c.AgentStats(len(Managers)))
 		e := c.EtcdStats()
 		s.etcd.Handshakes += e.Handshakes
+		s.etcd.Resumed += e.Resumed
 		s.etcd.Calls += e.Calls
 	}
 	return s, nil
@@ -724,7 +725,8 @@ func (b *bench) measure(ctx context.Context, res *Result) error {
 		}
 	}
 	res.CAPIWorkload = subStats(after.capi, before.capi)
-	res.Etcd = fleet.EtcdStats{Handshakes: after.etcd.Handshakes - before.etcd.Handshakes, Calls: after.etcd.Calls - before.etcd.Calls}
+	res.Etcd = fleet.EtcdStats{Handshakes: after.etcd.Handshakes - before.etcd.Handshakes, Resumed: after.etcd.Resumed - before.etcd.Resumed,
+		Calls: after.etcd.Calls - before.etcd.Calls}
 	for _, c := range b.fleet.Clusters() {
 		res.Unauthorized += c.Stats().Unauthorized
 	}

@@ -64,14 +64,14 @@ func TestEtcdClientCertsExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(first.Certificate[0], again.Certificate[0]) {
+	if !bytes.Equal(first.cert.Certificate[0], again.cert.Certificate[0]) {
 		t.Error("a second reconciliation signed a new certificate instead of reusing the first")
 	}
 	other, err := certs.get("cluster-a", rotated)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Equal(first.Certificate[0], other.Certificate[0]) {
+	if bytes.Equal(first.cert.Certificate[0], other.cert.Certificate[0]) {
 		t.Error("the certificate of the old CA was reused after the CA changed")
 	}
 
@@ -85,7 +85,7 @@ func TestEtcdClientCertsExpire(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if bytes.Equal(expiring.Certificate[0], later.Certificate[0]) {
+	if bytes.Equal(expiring.cert.Certificate[0], later.cert.Certificate[0]) {
 		t.Error("a certificate was reused past the cache's lifetime")
 	}
 	// The sweep removes the expired entry; the fresh one stays unless it expired too meanwhile.

@@ -84,7 +84,18 @@ type etcdClientCerts struct {
 type etcdClientCert struct {
 	key  string
 	cert tls.Certificate
+	// sessions keeps the TLS sessions of the cluster's members for as long as the certificate
+	// lives: each reconciliation dials every member anew (see grpcEtcdDialer), and a resumed
+	// session spares both ends the full handshake (the member's and the controller's RSA
+	// signatures, and each verifying the other's chain), which the fleet benchmark counted
+	// three times per cluster per resync. A session belongs to the certificate it was made
+	// with: a rotated CA gets a new entry, and so new sessions.
+	sessions tls.ClientSessionCache
 }
+
+// etcdSessionsPerCluster holds a session for each member of the largest control plane the
+// webhook admits, and the addresses of a few replaced ones.
+const etcdSessionsPerCluster = 16
 
 func (e etcdClientCert) Key() string { return e.key }
 
@@ -94,29 +105,30 @@ func newEtcdClientCerts(ctx context.Context, ttl time.Duration) *etcdClientCerts
 	return &etcdClientCerts{entries: cache.New[etcdClientCert](ctx, ttl)}
 }
 
-func (c *etcdClientCerts) get(clusterUID types.UID, ca *pki.KeyPair) (tls.Certificate, error) {
+func (c *etcdClientCerts) get(clusterUID types.UID, ca *pki.KeyPair) (etcdClientCert, error) {
 	sum := sha256.Sum256(ca.Cert)
 	key := string(clusterUID) + "/" + hex.EncodeToString(sum[:])
 	if e, ok := c.entries.Has(key); ok {
-		return e.cert, nil
+		return e, nil
 	}
 	kp, err := ca.SignClient(etcdClientCommonName, nil, etcdClientCertValidity)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("signing the etcd client certificate: %w", err)
+		return etcdClientCert{}, fmt.Errorf("signing the etcd client certificate: %w", err)
 	}
 	cert, err := tls.X509KeyPair(kp.Cert, kp.Key)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("loading the etcd client certificate: %w", err)
+		return etcdClientCert{}, fmt.Errorf("loading the etcd client certificate: %w", err)
 	}
-	c.entries.Add(etcdClientCert{key: key, cert: cert})
-	return cert, nil
+	e := etcdClientCert{key: key, cert: cert, sessions: tls.NewLRUClientSessionCache(etcdSessionsPerCluster)}
+	c.entries.Add(e)
+	return e, nil
 }
 
 // newEtcdDialerFactory returns the production dialer factory, sharing one certificate cache.
 func newEtcdDialerFactory(ctx context.Context) etcdDialerFactory {
 	certs := newEtcdClientCerts(ctx, etcdClientCertCacheTTL)
 	return func(clusterUID types.UID, ca *pki.KeyPair) (etcdDialer, error) {
-		cert, err := certs.get(clusterUID, ca)
+		client, err := certs.get(clusterUID, ca)
 		if err != nil {
 			return nil, err
 		}
@@ -124,7 +136,9 @@ func newEtcdDialerFactory(ctx context.Context) etcdDialerFactory {
 		if err != nil {
 			return nil, fmt.Errorf("reading the etcd CA: %w", err)
 		}
-		return &grpcEtcdDialer{tls: etcdTLSConfig(cert, caCert)}, nil
+		tlsConfig := etcdTLSConfig(client.cert, caCert)
+		tlsConfig.ClientSessionCache = client.sessions
+		return &grpcEtcdDialer{tls: tlsConfig}, nil
 	}
 }
 
@@ -132,7 +146,9 @@ func newEtcdDialerFactory(ctx context.Context) etcdDialerFactory {
 // Host names are not checked: k0s signs its etcd server certificate for 127.0.0.1 and localhost
 // only (k0s pkg/component/controller/etcd.go, setupCerts), so a member reached at its node
 // address never matches by name; only the cluster's own CA, which nobody else holds, can have
-// signed the certificate.
+// signed the certificate. The check runs on resumed sessions too (crypto/tls calls
+// VerifyConnection on every handshake, with the certificates the session was made with), so a
+// resumed session is trusted exactly as the full handshake that made it was.
 func etcdTLSConfig(cert tls.Certificate, ca *x509.Certificate) *tls.Config {
 	roots := x509.NewCertPool()
 	roots.AddCert(ca)
