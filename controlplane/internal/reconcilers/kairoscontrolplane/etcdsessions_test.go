@@ -109,9 +109,9 @@ func TestEtcdSessionsAreResumed(t *testing.T) {
 		t.Error("another cluster resumed cluster-a's session")
 	}
 
-	// The cluster's etcd CA is replaced (the member keeps its certificate of the old one): the
-	// controller's new certificate makes a new session, and the member, which only trusts the
-	// old CA, refuses it, resumption or not.
+	// The cluster's etcd CA is replaced while the member keeps its certificate of the old one:
+	// the controller, which now trusts the new CA alone, refuses the member, whether a session
+	// of the old CA could have been resumed or not (VerifyConnection runs on both).
 	rotated, err := pki.NewCA("etcd-ca", time.Hour)
 	if err != nil {
 		t.Fatal(err)
