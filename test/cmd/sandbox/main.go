@@ -27,6 +27,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -574,26 +575,10 @@ func applyToWorkloadCluster(ctx context.Context, mgmt client.Client, clusterName
 // empty) are established (kubectl wait --for condition=established): their kinds are served,
 // and discovery, which controllers map kinds with when they are set up, has them.
 func waitEstablished(ctx context.Context, c client.Client, names []string) error {
-	gvk := apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinitionList")
 	for {
 		list := &unstructured.UnstructuredList{}
-		list.SetGroupVersionKind(gvk)
-		err := c.List(ctx, list)
-		pending := len(names) > 0
-		if err == nil {
-			pending = false
-			seen := map[string]bool{}
-			for i := range list.Items {
-				seen[list.Items[i].GetName()] = true
-				if (len(names) == 0 || slices.Contains(names, list.Items[i].GetName())) && !crdEstablished(&list.Items[i]) {
-					pending = true
-				}
-			}
-			for _, n := range names {
-				pending = pending || !seen[n]
-			}
-		}
-		if err == nil && !pending {
+		list.SetGroupVersionKind(apiextensionsv1.SchemeGroupVersion.WithKind("CustomResourceDefinitionList"))
+		if err := c.List(ctx, list); err == nil && allEstablished(list.Items, names) {
 			return nil
 		}
 		select {
@@ -602,6 +587,24 @@ func waitEstablished(ctx context.Context, c client.Client, names []string) error
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
+}
+
+// allEstablished tells whether every CRD of names (of crds, when names is empty) is among crds
+// and established.
+func allEstablished(crds []unstructured.Unstructured, names []string) bool {
+	established := make(map[string]bool, len(crds))
+	for i := range crds {
+		established[crds[i].GetName()] = crdEstablished(&crds[i])
+	}
+	if len(names) == 0 {
+		names = slices.Collect(maps.Keys(established))
+	}
+	for _, n := range names {
+		if !established[n] {
+			return false
+		}
+	}
+	return true
 }
 
 func crdEstablished(crd *unstructured.Unstructured) bool {
