@@ -30,25 +30,6 @@ import (
 	"github.com/kairos-capi/kairos-capi/test/simnode"
 )
 
-// SiteHealthCheck is the MachineHealthCheck of a single-node site with etcd snapshots (README,
-// "Backups and restore"): its lost node reports nothing, because the cluster's API server went
-// with it, so it watches the control-plane Machines' infrastructure (InfrastructureReady false
-// for timeout), not their Node. Cluster API checks new Machines too, whose InfrastructureReady is
-// False until their infrastructure is provisioned: a timeout shorter than that remediates every
-// replacement while it provisions.
-func SiteHealthCheck(namespace, name, clusterName, controlPlaneName string, timeout time.Duration) *clusterv1.MachineHealthCheck {
-	return &clusterv1.MachineHealthCheck{
-		ObjectMeta: metav1.ObjectMeta{Namespace: namespace, Name: name},
-		Spec: clusterv1.MachineHealthCheckSpec{
-			ClusterName: clusterName,
-			Selector:    metav1.LabelSelector{MatchLabels: map[string]string{clusterv1.MachineControlPlaneNameLabel: controlPlaneName}},
-			Checks: clusterv1.MachineHealthCheckChecks{UnhealthyMachineConditions: []clusterv1.UnhealthyMachineCondition{{
-				Type: clusterv1.MachineInfrastructureReadyCondition, Status: metav1.ConditionFalse, TimeoutSeconds: ptr.To(int32(timeout / time.Second)),
-			}}},
-		},
-	}
-}
-
 // DefaultDeleteTimeout bounds how long deleting a test Cluster may take.
 const DefaultDeleteTimeout = 3 * time.Minute
 

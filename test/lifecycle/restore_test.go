@@ -24,7 +24,6 @@ import (
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/controlplane/etcdsnapshots"
 	"github.com/kairos-capi/kairos-capi/test/framework"
-	"github.com/kairos-capi/kairos-capi/test/harness"
 	infrav1 "github.com/kairos-capi/kairos-capi/test/infrastructure/api/v1beta2"
 	"github.com/kairos-capi/kairos-capi/test/objectstore"
 	"github.com/kairos-capi/kairos-capi/test/simnode"
@@ -40,9 +39,9 @@ const restoreBucket = "site-backups"
 // (its status event, read synchronously, before anything of the reboot runs), the store already
 // holds the pre-upgrade snapshot its before-upgrade stage took, of a time before the reboot.
 //
-// (a) Then the node loses its only VM on the hypervisor. The MachineHealthCheck marks the Machine
-// once its infrastructure is gone, the control plane remediates its last Machine because it has
-// snapshots, and the replacement restores the newest good snapshot before Kubernetes starts (the
+// (a) Then the node loses its only VM on the hypervisor. With no MachineHealthCheck (none could
+// read the cluster, whose API server went with the node), the control plane remediates its last
+// Machine once Cluster API says its infrastructure is deleted, because it has snapshots, and the replacement restores the newest good snapshot before Kubernetes starts (the
 // rendered restore, real etcd restore): the cluster keeps its endpoint, its CA (the kubeconfig
 // from before works) and its service-account keys (a token issued before authenticates), holds
 // an object written before the snapshot and not one written after it, and EtcdRestored names
@@ -140,12 +139,6 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 			t.Logf("%s: pre-upgrade snapshot %s (%s) in the store when the node started rebooting at %s", dist, preUpgrade.Name,
 				preUpgrade.Time.Format(time.TimeOnly), at.UTC().Format(time.TimeOnly))
 
-			// A single-node site's lost node cannot report anything: the cluster's API server went
-			// with it, so no Node turns Unknown. The health check that remediates it looks at the
-			// Machine: its infrastructure is gone.
-			if err := c.h.Client.Create(c.ctx, harness.SiteHealthCheck(c.key.Namespace, "site", c.key.Name, c.key.Name, 5*time.Second)); err != nil {
-				t.Fatal(err)
-			}
 			var taken string
 			framework.Eventually(t, 3*time.Minute, func() error {
 				snaps := storeSnapshots(t, store, c.key.Name, folder)
@@ -193,21 +186,22 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 			if err := c.h.Client.Delete(c.ctx, &infrav1.KairosSimMachine{ObjectMeta: metav1.ObjectMeta{Namespace: gone.Namespace, Name: gone.Spec.InfrastructureRef.Name}}); err != nil {
 				t.Fatal(err)
 			}
-			// Once the health check had the lost Machine remediated, it goes: it checks every
-			// Machine it selects, new ones too, whose InfrastructureReady is False until their
-			// infrastructure is provisioned, and its 5 s (short, for the test) would remediate a
-			// replacement still provisioning on a loaded machine, over and over (a real site's
-			// timeout exceeds its provisioning time: README, "Backups and restore").
-			framework.Eventually(t, simnode.NodeMonitorGracePeriod+waitScale, func() error {
+			// No MachineHealthCheck: a single-node site's lost node reports nothing (the cluster's
+			// API server went with it, so Cluster API's health check cannot read the cluster). The
+			// control plane remediates its only Machine on the infrastructure's word, which Cluster
+			// API relays as InfrastructureReady False, reason InfrastructureDeleted.
+			framework.Eventually(t, waitScale, func() error {
 				m := c.machineByName(gone.Name)
 				if m != nil && m.DeletionTimestamp.IsZero() {
 					return fmt.Errorf("Machine %s is not remediated yet (%s)", gone.Name, c.kcpProblems())
 				}
+				// The control plane records the remediation in the status patch that ends the
+				// reconcile that deleted the Machine.
+				if last := c.get().Status.LastRemediation; last.Machine != gone.Name {
+					return fmt.Errorf("Machine %s is deleting, but the control plane's last remediation is %+v", gone.Name, last)
+				}
 				return nil
 			})
-			if err := c.h.Client.Delete(c.ctx, &clusterv1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Namespace: c.key.Namespace, Name: "site"}}); err != nil {
-				t.Fatal(err)
-			}
 			// The replacement's node waits for the store, and the control plane says why.
 			var waiting string
 			framework.Eventually(t, simnode.NodeMonitorGracePeriod+waitScale, func() error {

@@ -32,15 +32,9 @@ import (
 // sandbox writes a ConfigMap, waits for the next snapshot, destroys the only control-plane VM,
 // and reads the ConfigMap back from the cluster its replacement restored.
 const (
-	restoreBucket      = "sandbox-snapshots"
-	restoreSecret      = "sandbox-snapshots-s3"
-	restoreConfigMap   = "written-before-the-loss"
-	restoreHealthCheck = "single-node-site"
-	// restoreHealthTimeout is short for the demonstration, and the health check goes once it
-	// had the lost Machine remediated: Cluster API checks the replacement too, whose
-	// InfrastructureReady is False until it is provisioned, which on a loaded machine took
-	// longer than that. A real site's timeout exceeds its infrastructure's provisioning time.
-	restoreHealthTimeout = 5 * time.Second
+	restoreBucket    = "sandbox-snapshots"
+	restoreSecret    = "sandbox-snapshots-s3"
+	restoreConfigMap = "written-before-the-loss"
 )
 
 type restoreDemo struct{ store *objectstore.Store }
@@ -135,12 +129,6 @@ func (d *restoreDemo) run(ctx context.Context, h *harness.Harness, clusterName s
 	}
 	say("Restore: snapshot %s is in s3://%s/%s (the schedule is every minute)", snap.Name, restoreBucket, snap.Key)
 
-	// A single-node site's lost node reports nothing (the cluster's API server went with it): its
-	// MachineHealthCheck watches the Machine's infrastructure (README, "Backups and restore").
-	say("Restore: a MachineHealthCheck on the Machine's InfrastructureReady condition (False for %s)", restoreHealthTimeout)
-	if err := h.Client.Create(ctx, harness.SiteHealthCheck(ns, restoreHealthCheck, clusterName, clusterName+"-control-plane", restoreHealthTimeout)); err != nil {
-		return err
-	}
 	lost, err := controlPlaneMachine(ctx, h.Client, clusterName)
 	if err != nil {
 		return err
@@ -160,10 +148,7 @@ func (d *restoreDemo) run(ctx context.Context, h *harness.Harness, clusterName s
 	}); err != nil {
 		return err
 	}
-	say("Restore: Machine %s is remediated; the health check goes (kubectl delete machinehealthcheck %s): a real site keeps its own, with a timeout above its provisioning time", lost.Name, restoreHealthCheck)
-	if err := h.Client.Delete(ctx, &clusterv1.MachineHealthCheck{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: restoreHealthCheck}}); err != nil {
-		return err
-	}
+	say("Restore: Machine %s is remediated by the control plane: Cluster API says its KairosSimMachine was deleted (no MachineHealthCheck could read a cluster whose API server went with its node)", lost.Name)
 	kcp := &controlplanev1.KairosControlPlane{}
 	last := ""
 	if err := poll(ctx, func() (bool, error) {

@@ -363,6 +363,12 @@ func unhealthy() func(*clusterv1.Machine) {
 	}
 }
 
+// infrastructureGone is what Cluster API's machine controller sets once the Machine's InfraMachine
+// was deleted after provisioning (the VM deleted on the hypervisor).
+func infrastructureGone() func(*clusterv1.Machine) {
+	return withCondition(clusterv1.MachineInfrastructureReadyCondition, metav1.ConditionFalse, clusterv1.MachineInfrastructureDeletedReason)
+}
+
 func crdObject(kind string) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{}
 	u.SetGroupVersionKind(crdGVK)

@@ -40,15 +40,47 @@ func parseRemediationData(s string) (*remediationData, error) {
 	return d, nil
 }
 
-// lastMachineAwaitsRemediation: the only Machine of an initialized control plane is marked for
-// remediation and not deleting yet.
+// lastMachineAwaitsRemediation: the only Machine of an initialized control plane is to be
+// remediated and not deleting yet.
 func (s *scope) lastMachineAwaitsRemediation() bool {
-	return s.initialized() && s.machines.Len() == 1 &&
-		s.machines.Filter(collections.IsUnhealthyAndOwnerRemediated, collections.Not(collections.HasDeletionTimestamp)).Len() == 1
+	return s.initialized() && s.machines.Len() == 1 && s.machinesToRemediate().Len() == 1
+}
+
+// machinesToRemediate are the Machines not deleting yet that a MachineHealthCheck marked
+// (OwnerRemediated False) and, on a control plane with etcd snapshots, its only Machine once
+// Cluster API says that Machine's infrastructure is gone.
+//
+// The second is the lost single-node site. Its workload API server ran on the node that is gone,
+// so a MachineHealthCheck cannot judge it: Cluster API v1.14's MachineHealthCheck controller
+// returns at ClusterCache.GetClient while the workload cluster is unreachable
+// (core/reconcilers/machinehealthcheck/machinehealthcheck_controller.go), which for a lost
+// single-node site is for good; the check marked the Machine only when its timeout ran out before
+// the cache gave the cluster up. InfrastructureReady False with reason InfrastructureDeleted is
+// the infrastructure's word, not a guess from silence: Cluster API sets it (and the Machine's
+// v1beta1 failure state) when the InfraMachine disappears after provisioning
+// (core/reconcilers/machine/machine_controller_status.go and _phases.go), and nothing brings that
+// Machine back. A network partition or a node powered off leaves the InfraMachine in place, so a
+// site that is only cut off is never restored over a node that still runs. Control planes of
+// several Machines keep answering, and keep KubeadmControlPlane's rule: a MachineHealthCheck
+// decides (lifecycle TestVanishedVMIsReplaced).
+func (s *scope) machinesToRemediate() collections.Machines {
+	live := s.machines.Filter(collections.Not(collections.HasDeletionTimestamp))
+	if s.initialized() && s.machines.Len() == 1 && s.kcp.Spec.Etcd.Snapshots != nil {
+		return live.AnyFilter(collections.IsUnhealthyAndOwnerRemediated, infrastructureDeleted)
+	}
+	return live.Filter(collections.IsUnhealthyAndOwnerRemediated)
+}
+
+// infrastructureDeleted: Cluster API reports the Machine's InfraMachine deleted after it was
+// provisioned.
+func infrastructureDeleted(m *clusterv1.Machine) bool {
+	c := conditions.Get(m, clusterv1.MachineInfrastructureReadyCondition)
+	return c != nil && c.Status == metav1.ConditionFalse && c.Reason == clusterv1.MachineInfrastructureDeletedReason
 }
 
 // reconcileRemediation replaces a Machine a MachineHealthCheck marked unhealthy (condition
-// OwnerRemediated false), with KubeadmControlPlane's rules: one remediation at a time, nothing
+// OwnerRemediated false), or the lost last Machine of a control plane with etcd snapshots
+// (machinesToRemediate), with KubeadmControlPlane's rules: one remediation at a time, nothing
 // while another Machine is provisioning or deleting, within the retry limits, and only when
 // etcd keeps quorum without the Machine's member. The replacement is created by the scale-up
 // that follows, with the relaxed preflight of remediationScaleUpProblems, so that several
@@ -78,7 +110,7 @@ func (r *Reconciler) reconcileRemediation(ctx context.Context, s *scope) (ctrl.R
 		}
 	}
 
-	unhealthy := s.machines.Filter(collections.IsUnhealthyAndOwnerRemediated, collections.Not(collections.HasDeletionTimestamp))
+	unhealthy := s.machinesToRemediate()
 	if unhealthy.Len() == 0 {
 		return ctrl.Result{}, nil
 	}
@@ -159,6 +191,9 @@ func (r *Reconciler) reconcileRemediation(ctx context.Context, s *scope) (ctrl.R
 	annotations.AddAnnotations(s.kcp, map[string]string{controlplanev1.RemediationInProgressAnnotation: string(raw)})
 	s.kcp.Status.LastRemediation = controlplanev1.LastRemediationStatus{Machine: m.Name, Time: data.Timestamp, RetryCount: data.RetryCount}
 	msg := fmt.Sprintf("deleting unhealthy Machine %s", m.Name)
+	if infrastructureDeleted(m) && !collections.IsUnhealthyAndOwnerRemediated(m) {
+		msg = fmt.Sprintf("deleting Machine %s, whose %s was deleted", m.Name, m.Spec.InfrastructureRef.Kind)
+	}
 	if restore {
 		msg += ", the only control-plane Machine: its replacement restores the newest etcd snapshot"
 	}

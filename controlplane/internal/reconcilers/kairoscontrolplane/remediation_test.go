@@ -261,6 +261,47 @@ func TestReconcileRemediation(t *testing.T) {
 				f.machine("m1", time.Hour, unhealthy())
 			},
 			wantDeleted: "m1", wantReason: controlplanev1.RemediatingReason},
+		{name: "the only Machine of a control plane with etcd snapshots, its infrastructure deleted, without a MachineHealthCheck verdict",
+			// The lost single-node site: no MachineHealthCheck can judge a cluster whose API
+			// server was on the lost node.
+			setup: func(f *fixture) {
+				f.replicas(1)
+				f.kcp.Spec.Etcd.Snapshots = testSnapshots()
+				f.machine("m1", time.Hour, infrastructureGone())
+			},
+			wantDeleted: "m1", wantReason: controlplanev1.RemediatingReason,
+			wantMessage: "deleting Machine m1, whose TestMachine was deleted, the only control-plane Machine: its replacement restores the newest etcd snapshot"},
+		{name: "the only Machine with etcd snapshots, its infrastructure deleted, and a store that holds no snapshot of the cluster",
+			setup: func(f *fixture) {
+				f.replicas(1)
+				f.kcp.Spec.Etcd.Snapshots = testSnapshots()
+				f.listing = &snapshotListing{at: f.now.Add(-time.Minute)}
+				f.machine("m1", time.Hour, infrastructureGone())
+			},
+			wantReason: controlplanev1.RemediationDeferredReason, wantBlocked: controlplanev1.RemediationDeferredReason,
+			wantMessage: "Machine m1 is the only control-plane Machine and s3://site-backups/team-a/demo/ holds no etcd snapshot of the cluster"},
+		{name: "the only Machine without etcd snapshots, its infrastructure deleted: left alone",
+			// Its replacement would start an empty etcd: exactly as without the infrastructure's
+			// word (issue 34 (d)).
+			setup: func(f *fixture) {
+				f.replicas(1)
+				f.machine("m1", time.Hour, infrastructureGone())
+			}},
+		{name: "the only Machine with etcd snapshots, its infrastructure not ready for another reason: left alone",
+			// Powered off, or cut off from the management cluster: the node may still run at the
+			// site, and a restore beside it would serve the endpoint with diverging data.
+			setup: func(f *fixture) {
+				f.replicas(1)
+				f.kcp.Spec.Etcd.Snapshots = testSnapshots()
+				f.machine("m1", time.Hour, withCondition(clusterv1.MachineInfrastructureReadyCondition, metav1.ConditionFalse, clusterv1.MachineInfrastructureNotReadyReason))
+			}},
+		{name: "one of three Machines with etcd snapshots, its infrastructure deleted: a MachineHealthCheck decides",
+			setup: func(f *fixture) {
+				f.kcp.Spec.Etcd.Snapshots = testSnapshots()
+				f.machine("m1", 3*time.Hour)
+				f.machine("m2", 2*time.Hour, infrastructureGone())
+				f.machine("m3", time.Hour)
+			}},
 		{name: "the only Machine of a control plane that never initialized",
 			setup: func(f *fixture) {
 				f.replicas(1).notInitialized()
@@ -487,10 +528,11 @@ func TestRemediationReplacement(t *testing.T) {
 }
 
 // firstUnhealthy names the Machine a blocked remediation is about: the most broken one, which
-// the test cases make the first unhealthy Machine they add unless a member is down.
+// the test cases make the first unhealthy Machine they add unless a member is down, or the
+// lost last Machine, whose infrastructure is deleted.
 func firstUnhealthy(f *fixture) string {
 	for _, m := range f.machines {
-		if conditions.IsFalse(m, clusterv1.MachineHealthCheckSucceededCondition) {
+		if conditions.IsFalse(m, clusterv1.MachineHealthCheckSucceededCondition) || infrastructureDeleted(m) {
 			return m.Name
 		}
 	}
