@@ -10,6 +10,7 @@ package validation
 import (
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation/field"
@@ -205,4 +206,25 @@ func asMachineConfig(cfg *bootstrapv1.KairosConfigSpec, dist bootstrapv1.Distrib
 	spec.Distribution = dist
 	spec.Default()
 	return spec
+}
+
+// etcdSnapshotRequestPattern is what EtcdSnapshotRequestAnnotation may hold: the nodes compare
+// and store the value in a shell script, so it is kept to characters that need no quoting.
+var etcdSnapshotRequestPattern = regexp.MustCompile(`^[A-Za-z0-9._:-]{1,63}$`)
+
+// ValidateEtcdSnapshotRequest checks the on-demand snapshot request annotation of a control plane.
+func ValidateEtcdSnapshotRequest(annotations map[string]string, s *controlplanev1.KairosControlPlaneSpec) field.ErrorList {
+	v, ok := annotations[controlplanev1.EtcdSnapshotRequestAnnotation]
+	if !ok {
+		return nil
+	}
+	fld := field.NewPath("metadata", "annotations").Key(controlplanev1.EtcdSnapshotRequestAnnotation)
+	var errs field.ErrorList
+	if !etcdSnapshotRequestPattern.MatchString(v) {
+		errs = append(errs, field.Invalid(fld, v, "must be 1-63 letters, digits, '.', '_', ':' or '-', a new value for each request: for example the time, $(date -u +%Y%m%dT%H%M%SZ)"))
+	}
+	if s.Etcd.Snapshots == nil {
+		errs = append(errs, field.Forbidden(fld, "on-demand etcd snapshots need spec.etcd.snapshots (the store to upload them to): set it first"))
+	}
+	return errs
 }

@@ -13,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -148,6 +149,19 @@ func (c *cpCluster) update(mutate func(*controlplanev1.KairosControlPlaneSpec)) 
 			return err
 		}
 		mutate(&kcp.Spec)
+		return c.h.Client.Update(c.ctx, kcp)
+	})
+}
+
+// annotate sets an annotation of the KairosControlPlane.
+func (c *cpCluster) annotate(key, value string) {
+	c.t.Helper()
+	framework.Eventually(c.t, 30*time.Second, func() error {
+		kcp := &controlplanev1.KairosControlPlane{}
+		if err := c.h.Client.Get(c.ctx, client.ObjectKeyFromObject(c.kcp), kcp); err != nil {
+			return err
+		}
+		kcp.Annotations = labels.Merge(kcp.Annotations, map[string]string{key: value})
 		return c.h.Client.Update(c.ctx, kcp)
 	})
 }

@@ -45,8 +45,9 @@ const restoreBucket = "site-backups"
 // rendered restore, real etcd restore): the cluster keeps its endpoint, its CA (the kubeconfig
 // from before works) and its service-account keys (a token issued before authenticates), holds
 // an object written before the snapshot and not one written after it, and EtcdRestored names
-// the snapshot. The store is made read-only right after the snapshot, so that no later
-// scheduled snapshot can hold the object written after it, whatever the machine's speed.
+// the snapshot. The snapshot is an on-demand one, asked for with the annotation before the
+// upgrade and shown in status.etcd.snapshots; the store is made read-only once it shows, so that
+// no later scheduled snapshot can hold the object written after it, whatever the machine's speed.
 //
 // (c) Before the VM is deleted, a corrupt object named as a newer snapshot of the node is put in
 // the store, and the store is made unreachable: the replacement's node waits (its status says
@@ -105,6 +106,11 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 				t.Fatal(err)
 			}
 			written := time.Now().Unix()
+			// An on-demand snapshot, asked for with the annotation now, so that the node takes it
+			// while the upgrade below goes on: the control plane hands the request to the node,
+			// and its status shows the snapshot the node took (checked after the upgrade).
+			asked := time.Now()
+			c.annotate(controlplanev1.EtcdSnapshotRequestAnnotation, "before-the-loss")
 
 			// (b) An in-place upgrade: the pre-upgrade snapshot is in the store when the node
 			// starts rebooting.
@@ -141,15 +147,19 @@ func TestSingleNodeRestoresFromSnapshot(t *testing.T) {
 
 			var taken string
 			framework.Eventually(t, 3*time.Minute, func() error {
-				snaps := storeSnapshots(t, store, c.key.Name, folder)
-				for _, s := range snaps {
-					if s.Time.Unix() > written {
-						taken = s.Key
+				st := c.get().Status.Etcd
+				if st.SnapshotRequest.Value != "before-the-loss" {
+					return fmt.Errorf("status.etcd.snapshotRequest is %+v", st.SnapshotRequest)
+				}
+				for _, s := range st.Snapshots {
+					if strings.HasPrefix(s.Name, etcdsnapshots.KindOnDemand+"-") && s.Time.Unix() > written && !s.Time.Time.Before(asked.Truncate(time.Second)) {
+						taken = s.Name
 						return nil
 					}
 				}
-				return fmt.Errorf("no snapshot taken after the ConfigMap was written (%d): %+v", written, snaps)
+				return fmt.Errorf("status.etcd.snapshots shows no on-demand snapshot taken since the request: %+v (store: %+v)", st.Snapshots, storeSnapshots(t, store, c.key.Name, folder))
 			})
+			t.Logf("%s: on-demand snapshot %s in the status (asked for %s ago)", dist, taken, time.Since(asked).Round(time.Second))
 			store.SetReadOnly(true)
 			if err := wl.Create(c.ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "after-snapshot"}}); err != nil {
 				t.Fatal(err)

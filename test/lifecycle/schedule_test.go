@@ -20,7 +20,7 @@ var slots = &framework.Scheduler{Seconds: map[string]int{
 	"TestRemediation":                              165,
 	"TestWorkersUpgradeInPlace":                    160,
 	"TestVanishedVMIsReplaced":                     150,
-	"TestSingleNodeRestoresFromSnapshot":           150, // targeted runs, both distributions side by side: 112-193 s
+	"TestSingleNodeRestoresFromSnapshot":           170, // targeted runs, both distributions side by side: 152-165 s with the on-demand request
 	"TestMachinePoolAddsNodeAfterJoinTokenExpired": 145,
 	"TestSingleNodeUpgradesInPlace":                110,
 	"TestPauseAndResume":                           105,

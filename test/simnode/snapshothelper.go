@@ -10,11 +10,14 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/tools/clientcmd"
@@ -101,13 +104,13 @@ func adminKubeconfigPath(d render.Distribution) string {
 	return k0sPKIDir + "/admin.conf"
 }
 
-// kubectlApply is `k0s kubectl apply -f -` or `k3s kubectl apply -f -` with the node's admin
-// kubeconfig: the objects of the YAML documents on stdin, server-side applied (the documents'
-// scripts apply only what they generate, kube-system/kairos-capi-etcd-restore).
-func kubectlApply(root string, dist render.Distribution, args []string) error {
-	if len(args) != 3 || args[0] != "apply" || args[1] != "-f" || args[2] != "-" {
-		return usageError{"the simulated " + string(dist) + " kubectl runs only `apply -f -`"}
-	}
+// kubectl is `k0s kubectl` or `k3s kubectl` with the node's admin kubeconfig, for what the
+// documents' scripts run: `apply -f -` (the objects of the YAML documents on stdin, server-side
+// applied: kube-system/kairos-capi-etcd-restore) and `get configmap -n NS NAME
+// --ignore-not-found -o jsonpath=TEMPLATE` with {.data.KEY} fields (the on-demand snapshot
+// request). Anything else is
+// refused, so that a script that needs more of kubectl fails here as it would need to be taught.
+func kubectl(root string, dist render.Distribution, args []string) error {
 	kubeconfig, err := os.ReadFile(filepath.Join(root, adminKubeconfigPath(dist)))
 	if err != nil {
 		return fmt.Errorf("the admin kubeconfig: %w", err)
@@ -120,6 +123,61 @@ func kubectlApply(root string, dist render.Distribution, args []string) error {
 	if err != nil {
 		return err
 	}
+	switch {
+	case slices.Equal(args, []string{"apply", "-f", "-"}):
+		return kubectlApply(c)
+	case len(args) > 0 && args[0] == "get":
+		return kubectlGetConfigMapData(c, args[1:])
+	}
+	return usageError{"the simulated " + string(dist) + " kubectl runs only `apply -f -` and `get configmap -n NS NAME --ignore-not-found -o jsonpath=TEMPLATE`"}
+}
+
+// kubectlGetConfigMapData prints keys of a ConfigMap as kubectl's jsonpath output does: the
+// template's {.data.KEY} replaced by the values, its other text as it is, no newline; with
+// --ignore-not-found a missing ConfigMap prints nothing and succeeds, as kubectl does.
+func kubectlGetConfigMapData(c client.Client, args []string) error {
+	var ns, name, output string
+	ignoreNotFound := false
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "configmap" && i == 0:
+		case a == "-n" && i+1 < len(args):
+			i++
+			ns = args[i]
+		case a == "--ignore-not-found":
+			ignoreNotFound = true
+		case a == "-o" && i+1 < len(args):
+			i++
+			output = args[i]
+		case !strings.HasPrefix(a, "-") && name == "" && i > 0:
+			name = a
+		default:
+			return usageError{fmt.Sprintf("kubectl get: %q is not understood by the simulation", a)}
+		}
+	}
+	template, ok := strings.CutPrefix(output, "jsonpath=")
+	if !ok || len(args) == 0 || args[0] != "configmap" || ns == "" || name == "" ||
+		strings.Contains(jsonpathDataKey.ReplaceAllString(template, ""), "{") {
+		return usageError{"the simulated kubectl gets only `configmap -n NS NAME [--ignore-not-found] -o jsonpath=TEMPLATE` whose fields are {.data.KEY}"}
+	}
+	cm := &corev1.ConfigMap{}
+	if err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, cm); err != nil {
+		if apierrors.IsNotFound(err) && ignoreNotFound {
+			return nil
+		}
+		return fmt.Errorf("Error from server: %w", err)
+	}
+	fmt.Print(jsonpathDataKey.ReplaceAllStringFunc(template, func(f string) string {
+		return cm.Data[jsonpathDataKey.FindStringSubmatch(f)[1]]
+	}))
+	return nil
+}
+
+// jsonpathDataKey is a {.data.KEY} field of a jsonpath template.
+var jsonpathDataKey = regexp.MustCompile(`\{\.data\.([A-Za-z0-9._-]+)\}`)
+
+// kubectlApply server-side applies the objects of the YAML documents on stdin.
+func kubectlApply(c client.Client) error {
 	dec := utilyaml.NewYAMLOrJSONDecoder(os.Stdin, 4096)
 	for {
 		obj := &unstructured.Unstructured{}
@@ -141,7 +199,7 @@ func kubectlApply(root string, dist render.Distribution, args []string) error {
 
 func k0sCommand(root, endpoint string, args []string) error {
 	if len(args) > 0 && args[0] == "kubectl" {
-		return kubectlApply(root, render.K0s, args[1:])
+		return kubectl(root, render.K0s, args[1:])
 	}
 	if len(args) >= 2 && args[0] == "restore" {
 		// k0s restores before the controller first starts: the member's data directory and
@@ -248,7 +306,7 @@ func writeK0sArchive(w io.Writer, root, db string) error {
 
 func k3sCommand(root, endpoint, node string, args []string) error {
 	if len(args) > 0 && args[0] == "kubectl" {
-		return kubectlApply(root, render.K3s, args[1:])
+		return kubectl(root, render.K3s, args[1:])
 	}
 	if len(args) >= 2 && args[0] == "server" && slices.Contains(args[1:], "--cluster-reset") {
 		name, ok := flagValue(args[1:], "cluster-reset-restore-path")

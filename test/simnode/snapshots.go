@@ -83,6 +83,8 @@ type SnapshotRun struct {
 const (
 	SnapshotScheduled     = "scheduled"
 	SnapshotBeforeUpgrade = "before-upgrade"
+	// SnapshotOnDemand: the on-demand request timer's unit took one, or failed.
+	SnapshotOnDemand = "on-demand"
 )
 
 // snapshotState is a node's record of its snapshot runs.
@@ -390,8 +392,8 @@ func pruned(names []string, keep int) []string {
 	return sorted[keep:]
 }
 
-// startSnapshots starts the node's scheduled snapshots once it runs, when its document asks for
-// them: k3s servers with etcd-s3 or a snapshot schedule in their config files (k3s takes
+// startSnapshots starts the node's scheduled snapshots and its on-demand request timer once it
+// runs (once per node: they survive reboots), when its document asks for them: k3s servers with etcd-s3 or a snapshot schedule in their config files (k3s takes
 // scheduled snapshots unless etcd-disable-snapshots; the simulation takes them only when the
 // document writes render.K3sEtcdSnapshotConfigPath, so that clusters of other tests do not pay
 // for them), k0s controllers whose network stage starts render.EtcdSnapshotTimer.
@@ -399,6 +401,19 @@ func (n *Node) startSnapshots(ctx context.Context, p *plan) {
 	if p.role != render.RoleControlPlane {
 		return
 	}
+	n.snaps.mu.Lock()
+	started := n.snaps.started
+	n.snaps.started = true
+	n.snaps.mu.Unlock()
+	if started {
+		return
+	}
+	n.startScheduledSnapshots(ctx, p)
+	n.startSnapshotRequests(ctx, p)
+}
+
+// startScheduledSnapshots runs the distribution's schedule.
+func (n *Node) startScheduledSnapshots(ctx context.Context, p *plan) {
 	var next func(time.Time) time.Time
 	var run func(context.Context)
 	switch p.distribution {
@@ -433,18 +448,33 @@ func (n *Node) startSnapshots(ctx context.Context, p *plan) {
 			return
 		}
 		next = cal.Next
-		run = func(ctx context.Context) { n.runUnit(ctx, p, unit) }
+		run = func(ctx context.Context) { n.runUnit(ctx, p, unit, SnapshotScheduled) }
 	default:
 		return
 	}
-	n.snaps.mu.Lock()
-	if n.snaps.started {
-		n.snaps.mu.Unlock()
+	n.onSchedule(ctx, next, run)
+}
+
+// startSnapshotRequests runs the on-demand request timer (render.EtcdSnapshotRequestTimer) on its
+// OnCalendar schedule when the document's network stage starts it, on either distribution.
+func (n *Node) startSnapshotRequests(ctx context.Context, p *plan) {
+	timer, ok := p.files[render.EtcdSnapshotRequestTimerPath]
+	if !ok || !p.startsUnit("network", render.EtcdSnapshotRequestTimer) {
 		return
 	}
-	n.snaps.started = true
+	cal, unit, err := parseTimer(render.EtcdSnapshotRequestTimerPath, timer)
+	if err != nil {
+		n.recordSnapshot(SnapshotRun{Kind: SnapshotOnDemand, Time: time.Now(), Err: fmt.Errorf("%s: %w", render.EtcdSnapshotRequestTimerPath, err)})
+		return
+	}
+	n.onSchedule(ctx, cal.Next, func(ctx context.Context) { n.runUnit(ctx, p, unit, SnapshotOnDemand) })
+}
+
+// onSchedule calls run at each time next gives, while the node runs and its member is up (a
+// machine that is off or rebooting, or a member that is down, takes no snapshot at that time:
+// systemd timers without Persistent=, k3s' cron; the next time counts), until ctx ends.
+func (n *Node) onSchedule(ctx context.Context, next func(time.Time) time.Time, run func(context.Context)) {
 	n.snaps.wg.Add(1)
-	n.snaps.mu.Unlock()
 	go func() {
 		defer n.snaps.wg.Done()
 		for {
@@ -457,8 +487,6 @@ func (n *Node) startSnapshots(ctx context.Context, p *plan) {
 				return
 			case <-time.After(time.Until(at)):
 			}
-			// A machine that is off or rebooting, or a member that is down, takes no snapshot
-			// at this time (systemd timers without Persistent=, k3s' cron): the next time counts.
 			if n.Status().Phase != PhaseRunning {
 				continue
 			}
@@ -633,9 +661,10 @@ func lastLines(s string, n int) string {
 }
 
 // runUnit runs a oneshot service of the document as systemd does when its timer elapses: its
-// ExecStart lines, in order, until one fails.
-func (n *Node) runUnit(ctx context.Context, p *plan, unit string) {
-	r := SnapshotRun{Kind: SnapshotScheduled, Time: time.Now()}
+// ExecStart lines, in order, until one fails. The run is recorded as a snapshot of kind, except
+// an on-demand request check that found nothing to do (it printed nothing and succeeded).
+func (n *Node) runUnit(ctx context.Context, p *plan, unit, kind string) {
+	r := SnapshotRun{Kind: kind, Time: time.Now()}
 	content, ok := p.files["/etc/systemd/system/"+unit]
 	if !ok {
 		r.Err = fmt.Errorf("the timer starts %s, which the document does not write", unit)
@@ -655,7 +684,10 @@ func (n *Node) runUnit(ctx context.Context, p *plan, unit string) {
 			break
 		}
 	}
-	r.Output = strings.Join(outs, "\n")
+	r.Output = strings.TrimSpace(strings.Join(outs, "\n"))
+	if kind == SnapshotOnDemand && r.Err == nil && r.Output == "" {
+		return
+	}
 	n.recordSnapshot(r)
 }
 

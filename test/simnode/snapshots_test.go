@@ -106,6 +106,15 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	configMap("before-snapshot")
 	written := time.Now()
 	t.Logf("%s: nodes running after %s", dist, time.Since(start).Round(time.Second))
+	// An on-demand request, as the control plane hands it over: the request timer reads it at
+	// the same minute as the schedule's.
+	if err := admin.Create(w.ctx, &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: render.EtcdSnapshotRequestConfigMap},
+		Data: map[string]string{render.EtcdSnapshotRequestConfigMapKey: "r1",
+			render.EtcdSnapshotRequestedAtKey: strconv.FormatInt(time.Now().Unix(), 10)},
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	// The first scheduled run that started after the ConfigMap was written.
 	var run simnode.SnapshotRun
@@ -146,6 +155,41 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 		t.Errorf("retention removed another node's or another kind's snapshot: %q", keys)
 	}
 	holds(t, store, dist, key, "before-snapshot", "after-snapshot")
+
+	// The on-demand request: one snapshot of that kind, named as such, holding what was written
+	// before the request; the value is recorded as handled, so that the next minutes take none.
+	var onDemand simnode.SnapshotRun
+	framework.Eventually(t, 2*time.Minute, func() error {
+		for _, r := range cp.Snapshots() {
+			if r.Kind == simnode.SnapshotOnDemand {
+				onDemand = r
+				return nil
+			}
+		}
+		return fmt.Errorf("no on-demand snapshot yet: %+v", cp.Snapshots())
+	})
+	if onDemand.Err != nil || !strings.Contains(onDemand.Output, "on-demand etcd snapshot requested (r1)") {
+		t.Fatalf("the on-demand request's run: %v\n%s", onDemand.Err, onDemand.Output)
+	}
+	onDemandKeys := filterPrefix(storeKeys(t, store), folder+"/on-demand-sim-cp-0-")
+	if len(onDemandKeys) != 1 {
+		t.Fatalf("on-demand snapshots in the store: %q (run output:\n%s)", onDemandKeys, onDemand.Output)
+	}
+	holds(t, store, dist, onDemandKeys[0], "before-snapshot", "")
+	if handled, err := os.ReadFile(filepath.Join(cp.Root(), render.EtcdSnapshotRequestHandled)); err != nil || string(handled) != "r1" {
+		t.Errorf("the node recorded %q as the request handled (%v), want r1", handled, err)
+	}
+	// A request made before the node bootstrapped (as a replacement finds one in the snapshot it
+	// restored) is recorded as handled without a snapshot; checked at the end, a minute on.
+	requestCM := &corev1.ConfigMap{}
+	if err := admin.Get(w.ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: render.EtcdSnapshotRequestConfigMap}, requestCM); err != nil {
+		t.Fatal(err)
+	}
+	requestCM.Data = map[string]string{render.EtcdSnapshotRequestConfigMapKey: "r0",
+		render.EtcdSnapshotRequestedAtKey: strconv.FormatInt(start.Add(-time.Hour).Unix(), 10)}
+	if err := admin.Update(w.ctx, requestCM); err != nil {
+		t.Fatal(err)
+	}
 
 	// The node with the wrong secret: refused by the store, nothing uploaded, no secret shown.
 	framework.Eventually(t, 2*time.Minute, func() error {
@@ -229,6 +273,34 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	// distribution starts: it skips a corrupt snapshot that names a later time (and on k3s one
 	// of another cluster) and restores the newest good one with etcd's own restore; the cluster then serves exactly that snapshot's
 	// objects, and the node reports which one it restored.
+	// r1 was taken once, whatever minutes passed since (and across the reboot); r0, from before
+	// the node bootstrapped, not at all.
+	framework.Eventually(t, 2*time.Minute, func() error {
+		if handled, err := os.ReadFile(filepath.Join(cp.Root(), render.EtcdSnapshotRequestHandled)); err != nil || string(handled) != "r0" {
+			return fmt.Errorf("the node's handled request is %q (%v), want r0", handled, err)
+		}
+		return nil
+	})
+	// The schedule's run of this minute may still be taking its snapshot (the request timer
+	// fires at the same minute): wait until it is recorded (at its end), so that what follows is
+	// written after it.
+	tick := time.Now().Truncate(time.Minute)
+	framework.Eventually(t, 2*time.Minute, func() error {
+		for _, r := range cp.Snapshots() {
+			if r.Kind == simnode.SnapshotScheduled && !r.Time.Before(tick) {
+				return nil
+			}
+		}
+		return fmt.Errorf("no scheduled snapshot since %s has ended", tick.Format(time.TimeOnly))
+	})
+	if n := len(slices.DeleteFunc(cp.Snapshots(), func(r simnode.SnapshotRun) bool {
+		return r.Kind != simnode.SnapshotOnDemand || !strings.Contains(r.Output, "on-demand etcd snapshot requested")
+	})); n != 1 {
+		t.Errorf("%d on-demand snapshots for one request: %+v", n, cp.Snapshots())
+	}
+	if got := filterPrefix(storeKeys(t, store), folder+"/on-demand-sim-cp-0-"); len(got) != 1 {
+		t.Errorf("on-demand snapshots in the store: %q, want r1's only", got)
+	}
 	configMap("after-last-snapshot")
 	reg.StopCluster(w.endpointString())
 	var objs []etcdsnapshots.Object

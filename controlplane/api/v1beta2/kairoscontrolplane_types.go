@@ -23,6 +23,14 @@ const (
 	// RemediationInProgressAnnotation on the KairosControlPlane records an unfinished remediation.
 	RemediationInProgressAnnotation = "controlplane.cluster.x-k8s.io/remediation-in-progress"
 
+	// EtcdSnapshotRequestAnnotation on a KairosControlPlane with spec.etcd.snapshots asks every
+	// control-plane node for one on-demand etcd snapshot per new value (a timestamp, say: 1-63
+	// letters, digits, '.', '_', ':' or '-'). Nodes never call the management cluster: the control
+	// plane hands the value to the workload cluster (ConfigMap
+	// kube-system/kairos-capi-etcd-snapshot-request), which each node reads once a minute, and
+	// echoes it in status.etcd.snapshotRequest (docs/backups.md, "On demand").
+	EtcdSnapshotRequestAnnotation = "controlplane.cluster.x-k8s.io/etcd-snapshot-request"
+
 	// ReleaseAnnotation on the control-plane provider's CRDs names the provider release that
 	// installed them (vX.Y.Z); release builds stamp it, like bootstrapv1.ReleaseAnnotation.
 	ReleaseAnnotation = "controlplane.cluster.x-k8s.io/kairos-release"
@@ -368,6 +376,25 @@ type KairosControlPlaneEtcdStatus struct {
 	// +listMapKey=machine
 	// +kubebuilder:validation:MaxItems=32
 	Snapshots []EtcdSnapshotStatus `json:"snapshots,omitempty"`
+
+	// snapshotRequest is the on-demand snapshot request (the etcd-snapshot-request annotation)
+	// last handed to the control-plane nodes: each takes one on-demand snapshot for it within
+	// about a minute, which snapshots shows once the store holds it.
+	// +optional
+	SnapshotRequest EtcdSnapshotRequestStatus `json:"snapshotRequest,omitempty,omitzero"`
+}
+
+// EtcdSnapshotRequestStatus is an on-demand snapshot request handed to the control-plane nodes.
+type EtcdSnapshotRequestStatus struct {
+	// value of the etcd-snapshot-request annotation.
+	// +required
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=63
+	Value string `json:"value"`
+
+	// time the control plane handed it to the workload cluster.
+	// +required
+	Time metav1.Time `json:"time,omitzero"`
 }
 
 // EtcdSnapshotStatus is a snapshot of a member in the store.

@@ -50,6 +50,7 @@ func (w *KairosControlPlane) Default(_ context.Context, c *controlplanev1.Kairos
 func (w *KairosControlPlane) ValidateCreate(_ context.Context, c *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
 	spec := defaulted(c)
 	errs := validation.ValidateKairosControlPlaneSpec(spec, field.NewPath("spec"))
+	errs = append(errs, validation.ValidateEtcdSnapshotRequest(c.Annotations, spec)...)
 	errs = append(errs, validateMachineNaming(&spec.MachineNaming, field.NewPath("spec"))...)
 	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, field.NewPath("spec"))...)
 	return validation.KairosControlPlaneSpecWarnings(spec, field.NewPath("spec")), invalid("KairosControlPlane", c.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, spec.Etcd.Snapshots, field.NewPath("spec")))
@@ -60,6 +61,7 @@ func (w *KairosControlPlane) ValidateCreate(_ context.Context, c *controlplanev1
 func (w *KairosControlPlane) ValidateUpdate(_ context.Context, oldC, newC *controlplanev1.KairosControlPlane) (admission.Warnings, error) {
 	spec := defaulted(newC)
 	errs := validation.ValidateKairosControlPlaneSpecUpdate(spec, defaulted(oldC), field.NewPath("spec"))
+	errs = append(errs, validation.ValidateEtcdSnapshotRequest(newC.Annotations, spec)...)
 	errs = append(errs, validateMachineNaming(&spec.MachineNaming, field.NewPath("spec"))...)
 	errs = append(errs, validateSharedConfig(&spec.KairosConfigSpec, field.NewPath("spec"))...)
 	return validation.KairosControlPlaneSpecWarnings(spec, field.NewPath("spec")), invalid("KairosControlPlane", newC.Name, withDryRun(errs, spec.KairosConfigTemplate, &spec.KairosConfigSpec, spec.Distribution, spec.Etcd.Snapshots, field.NewPath("spec")))

@@ -275,3 +275,51 @@ func TestKairosControlPlaneWebhook(t *testing.T) {
 		t.Errorf("ValidateDelete = %v, %v", warnings, err)
 	}
 }
+
+// The on-demand snapshot request annotation: a value the nodes can compare and store without
+// quoting, and only on a control plane with snapshots, on create and on update, refused at the
+// annotation with the fix.
+func TestEtcdSnapshotRequestAnnotation(t *testing.T) {
+	w := &KairosControlPlane{}
+	ctx := context.Background()
+	const field = "metadata.annotations[controlplane.cluster.x-k8s.io/etcd-snapshot-request]"
+	kcp := func(value string, snapshots bool) *controlplanev1.KairosControlPlane {
+		c := &controlplanev1.KairosControlPlane{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "cp",
+			Annotations: map[string]string{controlplanev1.EtcdSnapshotRequestAnnotation: value}}, Spec: validSpec()}
+		if snapshots {
+			c.Spec.Etcd.Snapshots = &bootstrapv1.EtcdSnapshots{Schedule: "0 * * * *", Retention: ptr.To[int32](3), S3: bootstrapv1.EtcdSnapshotS3{
+				Endpoint: "s3.example.com", Bucket: "site-backups", Region: "eu-west-1", CredentialsSecret: bootstrapv1.S3CredentialsSecretReference{Name: "s3"},
+			}}
+		}
+		return c
+	}
+	for _, tc := range []struct {
+		name, value string
+		snapshots   bool
+		typ         metav1.CauseType
+		detail      string
+	}{
+		{name: "a timestamp", value: "2026-11-29T22:40:00Z", snapshots: true},
+		{name: "a shell expansion", value: "$(reboot)", snapshots: true, typ: metav1.CauseTypeFieldValueInvalid,
+			detail: "must be 1-63 letters, digits, '.', '_', ':' or '-', a new value for each request: for example the time, $(date -u +%Y%m%dT%H%M%SZ)"},
+		{name: "empty", value: "", snapshots: true, typ: metav1.CauseTypeFieldValueInvalid,
+			detail: "must be 1-63 letters, digits, '.', '_', ':' or '-', a new value for each request: for example the time, $(date -u +%Y%m%dT%H%M%SZ)"},
+		{name: "without snapshots", value: "r1", typ: metav1.CauseTypeForbidden,
+			detail: "on-demand etcd snapshots need spec.etcd.snapshots (the store to upload them to): set it first"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, createErr := w.ValidateCreate(ctx, kcp(tc.value, tc.snapshots))
+			old := kcp("", tc.snapshots)
+			delete(old.Annotations, controlplanev1.EtcdSnapshotRequestAnnotation)
+			_, updateErr := w.ValidateUpdate(ctx, old, kcp(tc.value, tc.snapshots))
+			for what, err := range map[string]error{"create": createErr, "update": updateErr} {
+				switch {
+				case tc.detail == "" && err != nil:
+					t.Errorf("%s refused: %v", what, err)
+				case tc.detail != "" && !causeAt(err, field, tc.typ, tc.detail):
+					t.Errorf("%s: %v, want %s at %s: %s", what, err, tc.typ, field, tc.detail)
+				}
+			}
+		})
+	}
+}

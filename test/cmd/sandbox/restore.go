@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
@@ -29,8 +31,9 @@ import (
 // The restore demonstration (-restore, make sandbox RESTORE=1; README "Backups and restore"):
 // the demo cluster's control plane takes etcd snapshots every minute to an S3 object store that
 // the sandbox runs (test/objectstore: TLS, Signature V4 keys), and once the cluster is ready the
-// sandbox writes a ConfigMap, waits for the next snapshot, destroys the only control-plane VM,
-// and reads the ConfigMap back from the cluster its replacement restored.
+// sandbox writes a ConfigMap, asks for an on-demand snapshot and waits for it in the control
+// plane's status, destroys the only control-plane VM, and reads the ConfigMap back from the
+// cluster its replacement restored.
 const (
 	restoreBucket    = "sandbox-snapshots"
 	restoreSecret    = "sandbox-snapshots-s3"
@@ -110,15 +113,27 @@ func (d *restoreDemo) run(ctx context.Context, h *harness.Harness, clusterName s
 		return err
 	}
 	written := time.Now()
-	folder := ns + "/" + clusterName
-	var snap etcdsnapshots.Snapshot
+	// An on-demand snapshot, asked for with the annotation (the schedule, every minute, would
+	// take one too): the control plane's status shows the node's snapshot.
+	request := written.UTC().Format("20060102T150405Z")
+	kcpKey := client.ObjectKey{Namespace: ns, Name: clusterName + "-control-plane"}
+	say("Restore: kubectl annotate kairoscontrolplane %s %s=%s", kcpKey.Name, controlplanev1.EtcdSnapshotRequestAnnotation, request)
+	kcp := &controlplanev1.KairosControlPlane{}
+	if err := h.Client.Get(ctx, kcpKey, kcp); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(kcp.DeepCopy())
+	kcp.Annotations = labels.Merge(kcp.Annotations, map[string]string{controlplanev1.EtcdSnapshotRequestAnnotation: request})
+	if err := h.Client.Patch(ctx, kcp, patch); err != nil {
+		return err
+	}
+	var snap controlplanev1.EtcdSnapshotStatus
 	if err := poll(ctx, func() (bool, error) {
-		keys, err := d.store.Keys(restoreBucket)
-		if err != nil {
+		if err := h.Client.Get(ctx, kcpKey, kcp); err != nil {
 			return false, err
 		}
-		for _, k := range keys {
-			if s, ok := etcdsnapshots.Parse(clusterName, folder, etcdsnapshots.Object{Key: k}); ok && s.Time.After(written) {
+		for _, s := range kcp.Status.Etcd.Snapshots {
+			if strings.HasPrefix(s.Name, etcdsnapshots.KindOnDemand+"-") && s.Time.After(written) {
 				snap = s
 				return true, nil
 			}
@@ -127,7 +142,7 @@ func (d *restoreDemo) run(ctx context.Context, h *harness.Harness, clusterName s
 	}); err != nil {
 		return err
 	}
-	say("Restore: snapshot %s is in s3://%s/%s (the schedule is every minute)", snap.Name, restoreBucket, snap.Key)
+	say("Restore: on-demand snapshot %s is in %s (status.etcd.snapshots)", snap.Name, snap.Location)
 
 	lost, err := controlPlaneMachine(ctx, h.Client, clusterName)
 	if err != nil {
@@ -149,10 +164,9 @@ func (d *restoreDemo) run(ctx context.Context, h *harness.Harness, clusterName s
 		return err
 	}
 	say("Restore: Machine %s is remediated by the control plane: Cluster API says its KairosSimMachine was deleted (no MachineHealthCheck could read a cluster whose API server went with its node)", lost.Name)
-	kcp := &controlplanev1.KairosControlPlane{}
 	last := ""
 	if err := poll(ctx, func() (bool, error) {
-		if err := h.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: clusterName + "-control-plane"}, kcp); err != nil {
+		if err := h.Client.Get(ctx, kcpKey, kcp); err != nil {
 			return false, err
 		}
 		m, err := controlPlaneMachine(ctx, h.Client, clusterName)

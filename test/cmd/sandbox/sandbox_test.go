@@ -197,7 +197,7 @@ func stopWithCtrlC(t *testing.T, p *framework.Process, children []int) {
 // (issue 34), on the same single-node site to spare a second sandbox: a single control-plane
 // node without workers comes up with etcd snapshots to the sandbox's object store, the control
 // plane moves to the next minor version and Kairos image on the same Machine; then a ConfigMap is
-// written, snapshotted, the VM destroyed, and the ConfigMap read back from the restored cluster;
+// written, an on-demand snapshot asked for and shown, the VM destroyed, and the ConfigMap read back from the restored cluster;
 // Ctrl-C ends it cleanly.
 func TestSandboxInPlace(t *testing.T) {
 	p, out, tmp := startSandbox(t, "sandbox-in-place", "-cluster sbxip -restore", 10*time.Minute)
@@ -210,14 +210,19 @@ func TestSandboxInPlace(t *testing.T) {
 		"Upgraded in place: Machine sbxip-control-plane-",
 		"runs v1.37.0+k0s with image",
 		"no Machine was created or deleted",
+		"Restore: kubectl annotate kairoscontrolplane sbxip-control-plane controlplane.cluster.x-k8s.io/etcd-snapshot-request=",
+		"Restore: on-demand snapshot on-demand-sbxip-sbxip-control-plane-",
 		"Restore: the only control-plane VM is destroyed",
 		"EtcdRestored True Restored",
-		"restored etcd snapshot sbxip-sbxip-control-plane-",
 		"Restore: ConfigMap written-before-the-loss is back, read with the kubeconfig from before the loss",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("the sandbox's output lacks %q:\n%s", want, out)
 		}
+	}
+	// The newest snapshot restored: the on-demand one, or a scheduled one of the same minute.
+	if !regexp.MustCompile(`restored etcd snapshot (on-demand-)?sbxip-sbxip-control-plane-`).MatchString(out) {
+		t.Errorf("the sandbox's output names no restored snapshot of the cluster:\n%s", out)
 	}
 	if strings.Contains(out, "the upgrade was not done in place") {
 		t.Errorf("the sandbox replaced its Machine:\n%s", out)

@@ -300,6 +300,7 @@ func (r *Reconciler) reconcileNormal(ctx context.Context, s *scope) (ctrl.Result
 		r.reconcileKubeconfig,
 		r.reconcileInitialized,
 		r.reconcileEtcdRestore,
+		r.reconcileEtcdSnapshotRequest,
 		r.reconcileEtcdSnapshots,
 		r.reconcileOrphans,
 		r.syncMachines,

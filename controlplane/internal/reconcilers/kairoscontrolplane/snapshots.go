@@ -90,7 +90,8 @@ func (c *snapshotListings) put(uid types.UID, l snapshotListing) {
 }
 
 // reconcileEtcdSnapshots lists the control plane's store, at most every snapshotListInterval
-// (every snapshotRestoreListInterval while a Machine restores), for status.etcd.snapshots,
+// (every snapshotRestoreListInterval while a Machine restores, every snapshotRetryInterval for a
+// few minutes after an on-demand request), for status.etcd.snapshots,
 // EtcdSnapshotsUpToDate and EtcdRestored, with the credentials of spec.etcd.snapshots (a Secret
 // of the control plane's namespace).
 func (r *Reconciler) reconcileEtcdSnapshots(ctx context.Context, s *scope) (ctrl.Result, error) {
@@ -108,6 +109,18 @@ func (r *Reconciler) reconcileEtcdSnapshots(ctx context.Context, s *scope) (ctrl
 				return 0
 			}
 			return min(l.interval(), snapshotRestoreListInterval)
+		}
+	case s.snapshotRequestRecent():
+		// The nodes take the requested snapshots within a minute: list until the status shows
+		// them (a listing from before the request is of no use).
+		interval = func(l snapshotListing) time.Duration {
+			switch {
+			case l.at.Before(s.kcp.Status.Etcd.SnapshotRequest.Time.Time):
+				return 0
+			case s.snapshotRequestShown(l):
+				return l.interval()
+			}
+			return min(l.interval(), snapshotRetryInterval)
 		}
 	case s.lastMachineAwaitsRemediation():
 		// Whether the last Machine may be replaced depends on the store holding a snapshot
