@@ -184,7 +184,9 @@ func (b *builder) bootstrapScript() string {
 	}
 	s.WriteString("mkdir -p " + SentinelPath[:strings.LastIndexByte(SentinelPath, '/')] + "\n")
 	s.WriteString("echo success > " + SentinelPath + "\n")
-	s.WriteString("touch " + BootstrapDoneMarker + "\n")
+	// Written once: its time is when the node first bootstrapped, which the on-demand snapshot
+	// request compares with (etcdSnapshotRequestScript); later boots leave it alone.
+	s.WriteString("[ -e " + BootstrapDoneMarker + " ] || touch " + BootstrapDoneMarker + "\n")
 	s.WriteString("echo \"kairos-capi: bootstrap complete\"\n")
 	return s.String()
 }

@@ -330,11 +330,12 @@ func (b *builder) etcdSnapshotScript() string {
 // management cluster, which writes the request into the workload cluster) and takes one
 // on-demand snapshot per value it has not handled. A ConfigMap that is not there is no request;
 // an API server that does not answer fails the unit, and the next minute tries again. A request
-// made before the node bootstrapped (BootstrapDoneMarker's time; the management cluster's and
-// the node's clocks, seconds apart at most on synchronized machines) is recorded as handled
-// without a snapshot: it is not for a node that joined later, nor for one that restored a
-// snapshot holding the request. The value is only compared and stored, never run (the webhook
-// also restricts its characters).
+// made before the node first bootstrapped (BootstrapDoneMarker's time: written once, kept across
+// reboots and in-place upgrades; the management cluster's and the node's clocks, seconds apart
+// at most on synchronized machines) is recorded as handled without a snapshot: it is not for a
+// node that joined later, nor for one that restored a snapshot holding the request. A request
+// not handled before a reboot is taken after it. The value is only compared and stored, never
+// run (the webhook also restricts its characters).
 func (b *builder) etcdSnapshotRequestScript() string {
 	kubectl := string(b.n.Distribution) + " kubectl"
 	return b.header("Takes an on-demand etcd snapshot when kube-system/"+EtcdSnapshotRequestConfigMap+" holds a request this node has not handled (docs/backups.md).") +

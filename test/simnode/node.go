@@ -459,8 +459,16 @@ func (n *Node) run(ctx context.Context) {
 	}
 	// The bootstrap script marks the first bootstrap done (it persists, unlike the sentinel under
 	// /run): from then on the preflight no longer pins the version (common/render scripts.go).
-	if strings.Contains(p.files[render.BootstrapScript], render.BootstrapDoneMarker) {
-		_ = n.writeFile(render.BootstrapDoneMarker, "")
+	// As its line says: created once when guarded by [ -e ] (its time is the first bootstrap's,
+	// which the on-demand snapshot request compares with), touched on every boot otherwise
+	// (documents of older releases).
+	switch script, marker := p.files[render.BootstrapScript], render.BootstrapDoneMarker; {
+	case strings.Contains(script, "[ -e "+marker+" ] || touch "+marker):
+		if _, err := os.Stat(n.hostPath(marker)); errors.Is(err, os.ErrNotExist) {
+			_ = n.writeFile(marker, "")
+		}
+	case strings.Contains(script, "touch "+marker):
+		_ = n.writeFile(marker, "")
 	}
 	n.mu.Lock()
 	n.status.Sentinel = true

@@ -17,6 +17,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 
 	"github.com/kairos-capi/kairos-capi/common/render"
 	"github.com/kairos-capi/kairos-capi/controlplane/etcdsnapshots"
@@ -108,13 +109,17 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	t.Logf("%s: nodes running after %s", dist, time.Since(start).Round(time.Second))
 	// An on-demand request, as the control plane hands it over: the request timer reads it at
 	// the same minute as the schedule's.
-	if err := admin.Create(w.ctx, &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: render.EtcdSnapshotRequestConfigMap},
-		Data: map[string]string{render.EtcdSnapshotRequestConfigMapKey: "r1",
-			render.EtcdSnapshotRequestedAtKey: strconv.FormatInt(time.Now().Unix(), 10)},
-	}); err != nil {
-		t.Fatal(err)
+	request := func(c client.Client, value string, at time.Time) {
+		t.Helper()
+		cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: render.EtcdSnapshotRequestConfigMap}}
+		if _, err := controllerutil.CreateOrUpdate(w.ctx, c, cm, func() error {
+			cm.Data = map[string]string{render.EtcdSnapshotRequestConfigMapKey: value, render.EtcdSnapshotRequestedAtKey: strconv.FormatInt(at.Unix(), 10)}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
 	}
+	request(admin, "r1", time.Now())
 
 	// The first scheduled run that started after the ConfigMap was written.
 	var run simnode.SnapshotRun
@@ -179,18 +184,6 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	if handled, err := os.ReadFile(filepath.Join(cp.Root(), render.EtcdSnapshotRequestHandled)); err != nil || string(handled) != "r1" {
 		t.Errorf("the node recorded %q as the request handled (%v), want r1", handled, err)
 	}
-	// A request made before the node bootstrapped (as a replacement finds one in the snapshot it
-	// restored) is recorded as handled without a snapshot; checked at the end, a minute on.
-	requestCM := &corev1.ConfigMap{}
-	if err := admin.Get(w.ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: render.EtcdSnapshotRequestConfigMap}, requestCM); err != nil {
-		t.Fatal(err)
-	}
-	requestCM.Data = map[string]string{render.EtcdSnapshotRequestConfigMapKey: "r0",
-		render.EtcdSnapshotRequestedAtKey: strconv.FormatInt(start.Add(-time.Hour).Unix(), 10)}
-	if err := admin.Update(w.ctx, requestCM); err != nil {
-		t.Fatal(err)
-	}
-
 	// The node with the wrong secret: refused by the store, nothing uploaded, no secret shown.
 	framework.Eventually(t, 2*time.Minute, func() error {
 		if len(badCP.Snapshots()) == 0 {
@@ -223,6 +216,7 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	// Before an in-place upgrade: the before-upgrade stage's snapshot is in the store before
 	// the node reboots.
 	configMap("before-upgrade")
+	beforeReboot := time.Now()
 	var mu sync.Mutex
 	var atReboot []string
 	unsubscribe := reg.Subscribe(func(e simnode.NodeEvent) {
@@ -273,13 +267,16 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	// distribution starts: it skips a corrupt snapshot that names a later time (and on k3s one
 	// of another cluster) and restores the newest good one with etcd's own restore; the cluster then serves exactly that snapshot's
 	// objects, and the node reports which one it restored.
-	// r1 was taken once, whatever minutes passed since (and across the reboot); r0, from before
-	// the node bootstrapped, not at all.
+	// A request made before the reboot and not handled yet (written now, dated before the
+	// upgrade) is taken after it: the node first bootstrapped before it, whatever its reboots.
+	request(admin, "r2", beforeReboot)
 	framework.Eventually(t, 2*time.Minute, func() error {
-		if handled, err := os.ReadFile(filepath.Join(cp.Root(), render.EtcdSnapshotRequestHandled)); err != nil || string(handled) != "r0" {
-			return fmt.Errorf("the node's handled request is %q (%v), want r0", handled, err)
+		for _, r := range cp.Snapshots() {
+			if r.Kind == simnode.SnapshotOnDemand && strings.Contains(r.Output, "on-demand etcd snapshot requested (r2)") {
+				return r.Err
+			}
 		}
-		return nil
+		return fmt.Errorf("no on-demand snapshot for r2 yet: %+v", cp.Snapshots())
 	})
 	// The schedule's run of this minute may still be taking its snapshot (the request timer
 	// fires at the same minute): wait until it is recorded (at its end), so that what follows is
@@ -295,11 +292,11 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	})
 	if n := len(slices.DeleteFunc(cp.Snapshots(), func(r simnode.SnapshotRun) bool {
 		return r.Kind != simnode.SnapshotOnDemand || !strings.Contains(r.Output, "on-demand etcd snapshot requested")
-	})); n != 1 {
-		t.Errorf("%d on-demand snapshots for one request: %+v", n, cp.Snapshots())
+	})); n != 2 {
+		t.Errorf("%d on-demand snapshots for two requests (r1 taken once, r2): %+v", n, cp.Snapshots())
 	}
-	if got := filterPrefix(storeKeys(t, store), folder+"/on-demand-sim-cp-0-"); len(got) != 1 {
-		t.Errorf("on-demand snapshots in the store: %q, want r1's only", got)
+	if got := filterPrefix(storeKeys(t, store), folder+"/on-demand-sim-cp-0-"); len(got) != 2 {
+		t.Errorf("on-demand snapshots in the store: %q, want r1's and r2's", got)
 	}
 	configMap("after-last-snapshot")
 	reg.StopCluster(w.endpointString())
@@ -355,6 +352,26 @@ func testEtcdSnapshots(t *testing.T, reg *simnode.Registry, store *objectstore.S
 	}
 	if !inSnapshot["before-snapshot"] || inSnapshot["after-last-snapshot"] {
 		t.Errorf("the newest good snapshot holds %v: not taken between the first and the last ConfigMap", inSnapshot)
+	}
+	// The restored cluster holds the last request, made before the replacement bootstrapped: it
+	// is recorded as handled, and no snapshot is taken for it.
+	restoredRequest := &corev1.ConfigMap{}
+	if err := radmin.Get(w.ctx, client.ObjectKey{Namespace: metav1.NamespaceSystem, Name: render.EtcdSnapshotRequestConfigMap}, restoredRequest); err != nil {
+		t.Fatalf("the restored cluster has no snapshot request: %v", err)
+	}
+	framework.Eventually(t, 2*time.Minute, func() error {
+		for _, r := range replacement.Snapshots() {
+			if r.Kind == simnode.SnapshotOnDemand {
+				if r.Err != nil || !strings.Contains(r.Output, "is from before this node bootstrapped: not taken") {
+					return fmt.Errorf("the replacement's request run: %v\n%s", r.Err, r.Output)
+				}
+				return nil
+			}
+		}
+		return fmt.Errorf("the replacement has not read the restored request (%s) yet", restoredRequest.Data[render.EtcdSnapshotRequestConfigMapKey])
+	})
+	if handled, err := os.ReadFile(filepath.Join(replacement.Root(), render.EtcdSnapshotRequestHandled)); err != nil || string(handled) != restoredRequest.Data[render.EtcdSnapshotRequestConfigMapKey] {
+		t.Errorf("the replacement recorded %q (%v) as handled, want the restored request %q", handled, err, restoredRequest.Data[render.EtcdSnapshotRequestConfigMapKey])
 	}
 	t.Logf("%s: done after %s", dist, time.Since(start).Round(time.Second))
 }

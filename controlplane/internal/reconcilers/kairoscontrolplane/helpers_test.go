@@ -131,6 +131,8 @@ type fixture struct {
 	bootstrapCRD   *unstructured.Unstructured
 	noBootstrapCRD bool
 	interceptor    *interceptor.Funcs
+	// workloadInterceptor intercepts the fake workload client's calls.
+	workloadInterceptor *interceptor.Funcs
 	// runtime is the Reconciler's runtime client (in-place updates); nil for none.
 	runtime *fakeRuntimeClient
 }
@@ -483,7 +485,11 @@ func (f *fixture) build() *env {
 	for name, mem := range f.members {
 		wobjs = append(wobjs, workloadMember(f.kcp.Spec.Distribution, name, mem)...)
 	}
-	wc := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(wobjs...).Build()
+	wb := fake.NewClientBuilder().WithScheme(testScheme).WithObjects(wobjs...)
+	if f.workloadInterceptor != nil {
+		wb = wb.WithInterceptorFuncs(*f.workloadInterceptor)
+	}
+	wc := wb.Build()
 	cache := testClusterCache{ClusterCache: clustercache.NewFakeClusterCache(wc, client.ObjectKeyFromObject(f.cluster)), apiDown: f.apiDown}
 	rc := &recordingController{FakeController: capicontrollerutil.NewFakeController()}
 	r := &Reconciler{Client: c, APIReader: c, ClusterCache: cache, controller: rc, HealthInterval: defaultHealthInterval,

@@ -42,12 +42,17 @@ func (r *Reconciler) reconcileEtcdSnapshotRequest(ctx context.Context, s *scope)
 		ctrl.LoggerFrom(ctx).Info("Ignoring the etcd snapshot request", "reason", errs.ToAggregate().Error())
 		return ctrl.Result{}, nil
 	}
+	// A request that cannot be handed over now is tried again soon, and holds back none of the
+	// phases that follow (the phases stop at an error): scaling and remediation go on.
+	retry := func(err error) (ctrl.Result, error) {
+		if !errors.Is(err, clustercache.ErrClusterNotConnected) {
+			ctrl.LoggerFrom(ctx).Error(err, "Handing the etcd snapshot request to the workload cluster failed", "request", value)
+		}
+		return ctrl.Result{RequeueAfter: snapshotRetryInterval}, nil
+	}
 	remote, err := r.ClusterCache.GetUncachedClient(ctx, s.clusterKey())
 	if err != nil {
-		if errors.Is(err, clustercache.ErrClusterNotConnected) {
-			return ctrl.Result{RequeueAfter: snapshotRetryInterval}, nil
-		}
-		return ctrl.Result{}, fmt.Errorf("reaching the workload cluster to hand it the etcd snapshot request %q: %w", value, err)
+		return retry(err)
 	}
 	cm := corev1ac.ConfigMap(render.EtcdSnapshotRequestConfigMap, metav1.NamespaceSystem).
 		WithData(map[string]string{
@@ -56,8 +61,7 @@ func (r *Reconciler) reconcileEtcdSnapshotRequest(ctx context.Context, s *scope)
 			render.EtcdSnapshotRequestedAtKey: strconv.FormatInt(s.reconcileTime.Unix(), 10),
 		})
 	if err := remote.Apply(ctx, cm, client.FieldOwner(fieldManager), client.ForceOwnership); err != nil {
-		return ctrl.Result{}, fmt.Errorf("writing the etcd snapshot request %q to ConfigMap %s/%s of the workload cluster: %w",
-			value, metav1.NamespaceSystem, render.EtcdSnapshotRequestConfigMap, err)
+		return retry(fmt.Errorf("writing ConfigMap %s/%s of the workload cluster: %w", metav1.NamespaceSystem, render.EtcdSnapshotRequestConfigMap, err))
 	}
 	s.kcp.Status.Etcd.SnapshotRequest = controlplanev1.EtcdSnapshotRequestStatus{Value: value, Time: metav1.NewTime(s.reconcileTime)}
 	ctrl.LoggerFrom(ctx).Info("Handed an on-demand etcd snapshot request to the workload cluster", "request", value)

@@ -1,13 +1,17 @@
 package kairoscontrolplane
 
 import (
+	"context"
+	"errors"
 	"strconv"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/kairos-capi/kairos-capi/common/render"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
@@ -25,6 +29,7 @@ func TestReconcileEtcdSnapshotRequest(t *testing.T) {
 		existing string
 		// want is its value after, and wantStatus the status' value.
 		want, wantStatus string
+		wantRequeue      time.Duration
 	}{
 		"no annotation": {setup: func(f *fixture) {}},
 		"a new request": {setup: func(f *fixture) {
@@ -48,6 +53,12 @@ func TestReconcileEtcdSnapshotRequest(t *testing.T) {
 			f.kcp.Annotations[controlplanev1.EtcdSnapshotRequestAnnotation] = "r1"
 		}},
 		"a value the webhook refuses": {setup: func(f *fixture) { f.kcp.Annotations[controlplanev1.EtcdSnapshotRequestAnnotation] = "$(reboot)" }},
+		"the workload cluster refuses the write: tried again, nothing else held back": {setup: func(f *fixture) {
+			f.kcp.Annotations[controlplanev1.EtcdSnapshotRequestAnnotation] = "r1"
+			f.workloadInterceptor = &interceptor.Funcs{Apply: func(context.Context, client.WithWatch, runtime.ApplyConfiguration, ...client.ApplyOption) error {
+				return errors.New("admission webhook denied the request")
+			}}
+		}, wantRequeue: snapshotRetryInterval},
 	} {
 		t.Run(name, func(t *testing.T) {
 			ctx := testContext(t)
@@ -67,8 +78,9 @@ func TestReconcileEtcdSnapshotRequest(t *testing.T) {
 			e := f.build()
 			s := e.scope(ctx)
 			before := s.kcp.Status.Etcd.SnapshotRequest
-			if _, err := e.r.reconcileEtcdSnapshotRequest(ctx, s); err != nil {
-				t.Fatal(err)
+			res, err := e.r.reconcileEtcdSnapshotRequest(ctx, s)
+			if err != nil || res.RequeueAfter != tc.wantRequeue {
+				t.Fatalf("result %+v, %v; want requeue after %s and no error (an error would stop the phases that follow)", res, err, tc.wantRequeue)
 			}
 			cm := &corev1.ConfigMap{}
 			got := ""
