@@ -108,8 +108,8 @@ func adminKubeconfigPath(d render.Distribution) string {
 // documents' scripts run: `apply -f -` (the objects of the YAML documents on stdin, server-side
 // applied: kube-system/kairos-capi-etcd-restore) and `get configmap -n NS NAME
 // --ignore-not-found -o jsonpath=TEMPLATE` with {.data.KEY} fields (the on-demand snapshot
-// request). Anything else is
-// refused, so that a script that needs more of kubectl fails here as it would need to be taught.
+// request). Anything else is refused, so that a script that needs more of kubectl fails here
+// until the simulation is taught it.
 func kubectl(root string, dist render.Distribution, args []string) error {
 	kubeconfig, err := os.ReadFile(filepath.Join(root, adminKubeconfigPath(dist)))
 	if err != nil {

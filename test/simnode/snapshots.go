@@ -393,10 +393,12 @@ func pruned(names []string, keep int) []string {
 }
 
 // startSnapshots starts the node's scheduled snapshots and its on-demand request timer once it
-// runs (once per node: they survive reboots), when its document asks for them: k3s servers with etcd-s3 or a snapshot schedule in their config files (k3s takes
-// scheduled snapshots unless etcd-disable-snapshots; the simulation takes them only when the
-// document writes render.K3sEtcdSnapshotConfigPath, so that clusters of other tests do not pay
-// for them), k0s controllers whose network stage starts render.EtcdSnapshotTimer.
+// runs (once per node: they survive reboots), when its document asks for them: k3s servers with
+// etcd-s3 or a snapshot schedule in their config files (k3s takes scheduled snapshots unless
+// etcd-disable-snapshots; the simulation takes them only when the document writes
+// render.K3sEtcdSnapshotConfigPath, so that clusters of other tests do not pay for them), k0s
+// controllers whose network stage starts render.EtcdSnapshotTimer, and the request timer of
+// either distribution (startSnapshotRequests).
 func (n *Node) startSnapshots(ctx context.Context, p *plan) {
 	if p.role != render.RoleControlPlane {
 		return
