@@ -30,8 +30,10 @@ CONTROLLER_GEN := $(BIN)/controller-gen-$(CONTROLLER_GEN_VERSION)
 # beside it saved nothing: both slowed down by as much). The rest of the module runs
 # TEST_PACKAGES_AT_ONCE packages at a time: alone, each keeps the 2 cores only about half busy;
 # two at a time left the machine idle for a third of that phase's last seven minutes (1.38 of 2
-# cores on average), three at a time keeps it 1.86 busy (824 -> about 690 s; an envtest start that
-# once timed out at three now has minutes: framework.envtestStartTimeout). TEST_FIRST, the
+# cores on average), three at a time keeps it 1.86 busy (824 s -> 689 s by hand, 747 s in a full
+# run with other compiles beside it; an envtest start that once timed out at three now has
+# minutes: framework.envtestStartTimeout). Fuzzing beside the test module instead of after it
+# (nice 19, longer fuzz times) was tried: it took as much from test/lifecycle (+84 s) as it saved. TEST_FIRST, the
 # longest of them, are listed first so that go test starts them first (longest first fills the
 # slots best). README "Test times" has the measurements.
 TEST_ALONE := ./lifecycle
@@ -126,15 +128,12 @@ test-all:
 	export GORELEASER="$$(cat $(BIN)/goreleaser.path)"; echo "goreleaser: $$GORELEASER"; \
 	for m in $(MODULES); do [ $$m = test ] && continue; echo "== go test ./$$m/..."; \
 		(cd $$m && go test $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) ./... $(if $(TEST_JSON_DIR),-json >"$(TEST_JSON_DIR)/$$(echo $$m | tr / -).json")) || exit 1; done
-	@set -m; nice -n 19 $(MAKE) --no-print-directory fuzz FUZZTIME=$(FUZZTIME_IN_TEST) >$(BIN)/fuzz.log 2>&1 & fz=$$!; set +m; \
-	trap 'kill -- -'$$fz' 2>/dev/null || true' EXIT; \
-	echo "== make fuzz FUZZTIME=$(FUZZTIME_IN_TEST) beside the test module at nice 19 (bin/fuzz.log, printed at the end)"; \
-	(cd test && echo "== go test $(TEST_ALONE) (alone)" && \
-		go test -p 1 $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(TEST_ALONE) $(if $(TEST_JSON_DIR),-json >"$(TEST_JSON_DIR)/test-alone.json")); \
-	(cd test && rest=$$(go list ./... | grep -v $(foreach p,$(TEST_ALONE) $(TEST_FIRST) $(TEST_ELSEWHERE),-e '/test/$(patsubst ./%,%,$(p))$$')) && \
+	cd test && echo "== go test $(TEST_ALONE) (alone)" && \
+		go test -p 1 $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(TEST_ALONE) $(if $(TEST_JSON_DIR),-json >"$(TEST_JSON_DIR)/test-alone.json")
+	cd test && rest=$$(go list ./... | grep -v $(foreach p,$(TEST_ALONE) $(TEST_FIRST) $(TEST_ELSEWHERE),-e '/test/$(patsubst ./%,%,$(p))$$')) && \
 		echo "== go test ./test/... but $(TEST_ALONE) ($(TEST_PACKAGES_AT_ONCE) at a time, $(TEST_FIRST) first)" && \
-		go test -p $(TEST_PACKAGES_AT_ONCE) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(TEST_FIRST) $$rest $(if $(TEST_JSON_DIR),-json >"$(TEST_JSON_DIR)/test.json")); \
-	if wait $$fz; then cat $(BIN)/fuzz.log; else cat $(BIN)/fuzz.log; echo "make fuzz failed (its log above)"; exit 1; fi
+		go test -p $(TEST_PACKAGES_AT_ONCE) $(GO_TEST_FLAGS) -timeout $(TEST_TIMEOUT) $(TEST_FIRST) $$rest $(if $(TEST_JSON_DIR),-json >"$(TEST_JSON_DIR)/test.json")
+	$(MAKE) --no-print-directory fuzz
 
 .PHONY: test-capv
 test-capv: ## The vSphere flavor through CAPV's own manager on vcsim, whose VMs boot as simulated Kairos nodes (test/vsphere; needs root: the test runs in a network namespace of its own). Not in make test.
@@ -150,15 +149,6 @@ test-times: ## make test, timed: wall time, time per package and the slowest tes
 FUZZ_TARGETS := common/merge:FuzzMerge common/token:FuzzParseTokens common/render:FuzzDocument \
 	common/internal/kubeconfig:FuzzParse common/pki:FuzzParse
 FUZZTIME ?= 15s
-# make test runs the fuzz targets beside the test module's packages at the lowest priority
-# (nice 19), on the CPU they leave idle (a quarter of the 2 cores on average during
-# test/lifecycle, more in its last minutes), instead of after them on a machine of its own (85 s
-# of the wall time). Each target gets FUZZTIME_IN_TEST so that it executes about as many inputs
-# as 15 s alone did (README "Test times" compares the executions). The fuzz job gets a process
-# group of its own (set -m, so that a failing run can stop it), not a session: with setsid it
-# was an autogroup of its own (Linux's sched_autogroup), where nice counts only against itself,
-# and it took half the CPU from test/lifecycle (1131 s instead of 840, measured).
-FUZZTIME_IN_TEST ?= 120s
 
 .PHONY: fuzz
 fuzz: ## Run every fuzz target for FUZZTIME (default 15s) each.

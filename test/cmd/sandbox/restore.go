@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -31,8 +30,8 @@ import (
 // The restore demonstration (-restore, make sandbox RESTORE=1; README "Backups and restore"):
 // the demo cluster's control plane takes etcd snapshots every minute to an S3 object store that
 // the sandbox runs (test/objectstore: TLS, Signature V4 keys), and once the cluster is ready the
-// sandbox writes a ConfigMap, asks for an on-demand snapshot and waits for it in the control
-// plane's status, destroys the only control-plane VM, and reads the ConfigMap back from the
+// sandbox writes a ConfigMap, asks for an on-demand snapshot and waits for it in the store,
+// destroys the only control-plane VM, and reads the ConfigMap back from the
 // cluster its replacement restored.
 const (
 	restoreBucket    = "sandbox-snapshots"
@@ -114,7 +113,7 @@ func (d *restoreDemo) run(ctx context.Context, h *harness.Harness, clusterName s
 	}
 	written := time.Now()
 	// An on-demand snapshot, asked for with the annotation (the schedule, every minute, would
-	// take one too): the control plane's status shows the node's snapshot.
+	// take one too): the node takes it within a minute.
 	request := written.UTC().Format("20060102T150405Z")
 	kcpKey := client.ObjectKey{Namespace: ns, Name: clusterName + "-control-plane"}
 	say("Restore: kubectl annotate kairoscontrolplane %s %s=%s", kcpKey.Name, controlplanev1.EtcdSnapshotRequestAnnotation, request)
@@ -127,13 +126,15 @@ func (d *restoreDemo) run(ctx context.Context, h *harness.Harness, clusterName s
 	if err := h.Client.Patch(ctx, kcp, patch); err != nil {
 		return err
 	}
-	var snap controlplanev1.EtcdSnapshotStatus
+	folder := ns + "/" + clusterName
+	var snap etcdsnapshots.Snapshot
 	if err := poll(ctx, func() (bool, error) {
-		if err := h.Client.Get(ctx, kcpKey, kcp); err != nil {
+		keys, err := d.store.Keys(restoreBucket)
+		if err != nil {
 			return false, err
 		}
-		for _, s := range kcp.Status.Etcd.Snapshots {
-			if strings.HasPrefix(s.Name, etcdsnapshots.KindOnDemand+"-") && s.Time.After(written) {
+		for _, k := range keys {
+			if s, ok := etcdsnapshots.Parse(clusterName, folder, etcdsnapshots.Object{Key: k}); ok && s.Kind == etcdsnapshots.KindOnDemand && !s.Time.Before(written.Truncate(time.Second)) {
 				snap = s
 				return true, nil
 			}
@@ -142,7 +143,7 @@ func (d *restoreDemo) run(ctx context.Context, h *harness.Harness, clusterName s
 	}); err != nil {
 		return err
 	}
-	say("Restore: on-demand snapshot %s is in %s (status.etcd.snapshots)", snap.Name, snap.Location)
+	say("Restore: on-demand snapshot %s is in s3://%s/%s", snap.Name, restoreBucket, snap.Key)
 
 	lost, err := controlPlaneMachine(ctx, h.Client, clusterName)
 	if err != nil {

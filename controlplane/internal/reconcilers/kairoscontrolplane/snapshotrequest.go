@@ -16,14 +16,14 @@ import (
 
 	"github.com/kairos-capi/kairos-capi/common/render"
 	controlplanev1 "github.com/kairos-capi/kairos-capi/controlplane/api/v1beta2"
-	"github.com/kairos-capi/kairos-capi/controlplane/etcdsnapshots"
 	"github.com/kairos-capi/kairos-capi/controlplane/validation"
 )
 
 // snapshotRequestWindow is how long after a request was handed over the store is listed every
 // snapshotRetryInterval instead of every snapshotListInterval, until every node's newest
-// snapshot is an on-demand one taken since: nodes read the request within a minute, and the
-// status should show the result without a five-minute wait.
+// snapshot was taken since: nodes read the request within a minute, and the status should show
+// the result without a five-minute wait. (It shows the newest snapshot of any kind: a scheduled
+// one taken in the same minute or after may stand for the on-demand one.)
 const snapshotRequestWindow = 5 * time.Minute
 
 // reconcileEtcdSnapshotRequest hands the value of the etcd-snapshot-request annotation to the
@@ -74,8 +74,8 @@ func (s *scope) snapshotRequestRecent() bool {
 	return req.Value != "" && s.reconcileTime.Sub(req.Time.Time) < snapshotRequestWindow
 }
 
-// snapshotRequestShown: the listing l shows, for every control-plane node, an on-demand
-// snapshot taken since the last request was handed over.
+// snapshotRequestShown: the listing l shows, for every control-plane node, a snapshot taken
+// since the last request was handed over (the on-demand one, or a scheduled one after it).
 func (s *scope) snapshotRequestShown(l snapshotListing) bool {
 	since := s.kcp.Status.Etcd.SnapshotRequest.Time.Truncate(time.Second)
 	for _, m := range s.machines {
@@ -83,7 +83,7 @@ func (s *scope) snapshotRequestShown(l snapshotListing) bool {
 			continue
 		}
 		snap, ok := l.newest[m.Status.NodeRef.Name]
-		if !ok || snap.Kind != etcdsnapshots.KindOnDemand || snap.Time.Before(since) {
+		if !ok || snap.Time.Before(since) {
 			return false
 		}
 	}
