@@ -95,6 +95,10 @@ type snapshotState struct {
 	// times at which the node or its member does not run, as a machine that is off takes none).
 	started bool
 	wg      sync.WaitGroup
+	// access serializes snapshotAccess: the schedule's unit and the request timer's run at the
+	// same minute, and two first calls would each issue a client certificate and key, the files
+	// of one pair ending up beside the other's (seen under a CPU quota).
+	access sync.Mutex
 }
 
 // Snapshots returns the node's snapshot runs, oldest first.
@@ -527,6 +531,8 @@ func (n *Node) k3sScheduledSnapshot(ctx context.Context, p *plan, cfg k3sSnapsho
 // certificate, issued by the member's etcd CA; the CA unless the document wrote it) and the
 // node's commands (nodeCommands), and returns the access.
 func (n *Node) snapshotAccess(p *plan) (etcdAccess, error) {
+	n.snaps.access.Lock()
+	defer n.snaps.access.Unlock()
 	e := n.etcdServer()
 	if e == nil {
 		return etcdAccess{}, errNoEtcd
@@ -581,7 +587,16 @@ func (n *Node) nodeCommands(p *plan, e *etcdServer) error {
 			" NODE_NAME=" + shellQuote(name) + " exec " + shellQuote(exe) + " \"$@\"\n",
 	}
 	for file, content := range scripts {
-		if err := os.WriteFile(filepath.Join(bin, file), []byte(content), 0o755); err != nil {
+		// Unchanged commands are left alone, and changed ones replaced whole (rename): another
+		// unit of the node may be running one of them right now.
+		path := filepath.Join(bin, file)
+		if old, err := os.ReadFile(path); err == nil && string(old) == content {
+			continue
+		}
+		if err := os.WriteFile(path+".new", []byte(content), 0o755); err != nil {
+			return err
+		}
+		if err := os.Rename(path+".new", path); err != nil {
 			return err
 		}
 	}
