@@ -358,8 +358,8 @@ func (b *builder) etcdSnapshotRequestScript() string {
 }
 
 // etcdSnapshotSteps returns the network stage step that starts the timers (k0s' schedule, and
-// the on-demand request's on both distributions) and the before-upgrade step. The timers start on every boot of an installed system (Kairos writes the
-// units from the document each boot). The before-upgrade snapshot runs only once the node has
+// the on-demand request's on both distributions) and the before-upgrade step. The timers start
+// on every boot of an installed system (Kairos writes the units from the document each boot). The before-upgrade snapshot runs only once the node has
 // bootstrapped: the first boot's image upgrade (imageScript) happens before etcd exists.
 func (b *builder) etcdSnapshotSteps() (network []cloudconfig.Step, beforeUpgrade []cloudconfig.Step) {
 	if b.n.EtcdSnapshots == nil {

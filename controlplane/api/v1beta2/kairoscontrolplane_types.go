@@ -379,7 +379,8 @@ type KairosControlPlaneEtcdStatus struct {
 
 	// snapshotRequest is the on-demand snapshot request (the etcd-snapshot-request annotation)
 	// last handed to the control-plane nodes: each takes one on-demand snapshot for it within
-	// about a minute, which snapshots shows once the store holds it.
+	// about a minute. snapshots shows the newest of each node, of any kind: the on-demand one,
+	// or a scheduled one taken after it.
 	// +optional
 	SnapshotRequest EtcdSnapshotRequestStatus `json:"snapshotRequest,omitempty,omitzero"`
 }

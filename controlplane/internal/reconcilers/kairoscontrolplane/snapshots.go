@@ -112,12 +112,9 @@ func (r *Reconciler) reconcileEtcdSnapshots(ctx context.Context, s *scope) (ctrl
 		}
 	case s.snapshotRequestRecent():
 		// The nodes take the requested snapshots within a minute: list until the status shows
-		// them (a listing from before the request is of no use).
+		// snapshots taken since the request (a listing from before it never does).
 		interval = func(l snapshotListing) time.Duration {
-			switch {
-			case l.at.Before(s.kcp.Status.Etcd.SnapshotRequest.Time.Time):
-				return 0
-			case s.snapshotRequestShown(l):
+			if s.snapshotRequestShown(l) {
 				return l.interval()
 			}
 			return min(l.interval(), snapshotRetryInterval)
